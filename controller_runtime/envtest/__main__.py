@@ -1,0 +1,81 @@
+"""Command line for the local control plane.
+
+    python -m controller_runtime.envtest build   # build (once) and cache the binaries
+    python -m controller_runtime.envtest run     # start, install CRDs, print how to reach it
+
+``run`` keeps the control plane up until interrupted (Ctrl-C or SIGTERM) and then tears it
+down, leaving no process or temporary directory behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from controller_runtime.envtest.binaries import BinaryError, bin_dir, find_binaries
+from controller_runtime.envtest.controlplane import (
+    DEFAULT_CRD_DIRECTORY,
+    ControlPlane,
+    ControlPlaneError,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m controller_runtime.envtest",
+        description="A local Kubernetes control plane (etcd + kube-apiserver) on loopback.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("build", help="build (once) and cache etcd, kube-apiserver and kubectl")
+    run = commands.add_parser("run", help="start it and keep it running until interrupted")
+    run.add_argument(
+        "--crds",
+        type=Path,
+        default=DEFAULT_CRD_DIRECTORY,
+        help="directory of CRD manifests to install (default: %(default)s)",
+    )
+    return parser
+
+
+def wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(3600):
+        pass
+
+
+def print_access(plane: ControlPlane) -> None:
+    print(f"API server:  {plane.server}")
+    print(f"kubeconfig:  {plane.kubeconfig}")
+    print(f"try:         kubectl --kubeconfig {plane.kubeconfig} get crds")
+    print(f"             export KUBECONFIG={plane.kubeconfig}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            binaries = find_binaries()
+            print(f"binaries ready in {bin_dir()}: {binaries.kube_apiserver.name}, etcd, kubectl")
+            return 0
+        started = time.monotonic()
+        with ControlPlane(crd_directory=args.crds) as plane:
+            print(f"local control plane ready in {time.monotonic() - started:.1f}s")
+            print_access(plane)
+            print("Ctrl-C stops it.", flush=True)
+            wait_for_signal()
+            print("stopping ...", flush=True)
+        return 0
+    except (BinaryError, ControlPlaneError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

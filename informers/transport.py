@@ -1,0 +1,241 @@
+"""The HTTP transport to the API server: aiohttp, orjson, our own retries.
+
+Two connection pools: one for ordinary requests (a total timeout per request, 100
+connections), and one for watches (no total timeout: a watch lives as long as the server keeps
+it; aiohttp is HTTP/1.1, so each open watch holds one connection of its own, and watches
+must never starve ordinary requests of connections).
+
+Retries follow client-go: an answer 429 with a ``Retry-After`` means the server did not
+process the request, so any verb is retried after that many seconds; 5xx with
+``Retry-After`` is retried for reads only (a write's outcome is unknown); a connection error
+is retried (after 1 s) for reads only. At most ``max_retries`` (10) times. A 401 refreshes the
+credentials once and retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from informers.config import ClusterConfig
+from informers.errors import ApiError, error_from_status, parse_retry_after
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "controller-runtime-py/0.1"
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+RequestObserver = Callable[[str, int, float], None]
+"""Called after every request with (method, HTTP status or 0 for a transport error, seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A complete answer: status, headers and the raw body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body) if self.body else None
+
+
+class Transport:
+    """Requests and watch streams to one API server.
+
+    Defaults: ``request_timeout`` 60 s (the server caps writes at 34 s itself),
+    ``max_retries`` 10, ``max_connections`` 100 for requests. Call :meth:`close` when done
+    (or use ``async with``).
+    """
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        request_timeout: float = 60.0,
+        max_retries: int = 10,
+        max_connections: int = 100,
+        user_agent: str = USER_AGENT,
+        observer: RequestObserver | None = None,
+    ) -> None:
+        self.config = config
+        self.max_retries = max_retries
+        self.observer = observer
+        self._request_timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
+        self._watch_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
+        self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._watch_session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Transport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
+        # Created lazily: a ClientSession binds to the running event loop.
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    ssl=self.config.ssl_context, limit=self._max_connections
+                ),
+                timeout=self._request_timeout,
+                headers=self._headers,
+                json_serialize=lambda obj: orjson.dumps(obj).decode(),
+            )
+        if self._watch_session is None or self._watch_session.closed:
+            self._watch_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self.config.ssl_context, limit=0),
+                timeout=self._watch_timeout,
+                headers=self._headers,
+            )
+        return self._session, self._watch_session
+
+    async def close(self) -> None:
+        for session in (self._session, self._watch_session):
+            if session is not None and not session.closed:
+                await session.close()
+        self._session = self._watch_session = None
+
+    def url(self, path: str) -> str:
+        return self.config.server + path
+
+    def _observe(self, method: str, status: int, started: float) -> None:
+        if self.observer is not None:
+            self.observer(method, status, time.monotonic() - started)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Response:
+        """Send a request; return the answer or raise the typed :class:`ApiError`.
+
+        ``body`` may be bytes (sent as is) or anything orjson encodes.
+        """
+        session, _ = self._sessions()
+        data = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
+        refreshed = False
+        attempt = 0
+        while True:
+            headers = {**(await self.config.credentials.headers())}
+            if data is not None:
+                headers["Content-Type"] = content_type
+            started = time.monotonic()
+            try:
+                async with session.request(
+                    method,
+                    self.url(path),
+                    params=params,
+                    data=data,
+                    headers=headers,
+                    server_hostname=self.config.tls_server_name,
+                    timeout=(
+                        aiohttp.ClientTimeout(total=timeout, sock_connect=30)
+                        if timeout is not None
+                        else None
+                    ),
+                ) as answer:
+                    payload = await answer.read()
+                    status = answer.status
+                    answer_headers = answer.headers
+            except (aiohttp.ClientError, TimeoutError) as err:
+                self._observe(method, 0, started)
+                if method in READ_METHODS and attempt < self.max_retries:
+                    attempt += 1
+                    log.debug("retrying %s %s after a transport error: %s", method, path, err)
+                    await asyncio.sleep(1.0)
+                    continue
+                raise ApiError(
+                    0, "TransportError", str(err) or type(err).__name__, method=method, path=path
+                ) from err
+            self._observe(method, status, started)
+            if status < 400:
+                return Response(status, answer_headers, payload)
+            if status == 401 and not refreshed:
+                refreshed = True
+                if await self.config.credentials.refresh():
+                    continue
+            retry_after = parse_retry_after(answer_headers.get("Retry-After"))
+            retriable = status == 429 or (status >= 500 and method in READ_METHODS)
+            if retry_after is not None and retriable and attempt < self.max_retries:
+                attempt += 1
+                log.debug("%s %s answered %d; retrying in %.0fs", method, path, status, retry_after)
+                await asyncio.sleep(retry_after)
+                continue
+            raise error_from_status(
+                status,
+                payload,
+                retry_after_header=answer_headers.get("Retry-After"),
+                method=method,
+                path=path,
+            )
+
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        return (await self.request("GET", path, params=params)).json()
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Open a streaming GET (a watch) on the watch pool.
+
+        Yields the response once the server answered 200; iterate
+        ``response.content.iter_any()`` for the raw chunks. A non-200 answer raises the typed
+        :class:`ApiError` (with ``retry_after``) instead; there is no retry here, because the
+        reflector decides what to do next.
+        """
+        _, session = self._sessions()
+        for attempt in range(2):
+            headers = await self.config.credentials.headers()
+            started = time.monotonic()
+            try:
+                response = await session.get(
+                    self.url(path),
+                    params=params,
+                    headers=headers,
+                    server_hostname=self.config.tls_server_name,
+                )
+            except (aiohttp.ClientError, TimeoutError) as err:
+                self._observe("WATCH", 0, started)
+                raise ApiError(
+                    0, "TransportError", str(err) or type(err).__name__, method="WATCH", path=path
+                ) from err
+            self._observe("WATCH", response.status, started)
+            try:
+                if response.status == 200:
+                    yield response
+                    return
+                payload = await response.read()
+                if (
+                    response.status == 401
+                    and attempt == 0
+                    and await self.config.credentials.refresh()
+                ):
+                    continue
+                raise error_from_status(
+                    response.status,
+                    payload,
+                    retry_after_header=response.headers.get("Retry-After"),
+                    method="WATCH",
+                    path=path,
+                )
+            finally:
+                response.release()
+                response.close()

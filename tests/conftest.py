@@ -1,0 +1,44 @@
+"""Fixtures shared by the whole suite: one local control plane per session (started only when
+a test asks for it), a transport to it as the admin, and a fresh namespace per test."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from controller_runtime.envtest import ControlPlane
+from informers.config import ClusterConfig, load_kubeconfig
+from informers.errors import ConflictError
+from informers.transport import Transport
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver (or USE_EXISTING_CLUSTER's cluster) with the CRDs installed."""
+    with ControlPlane() as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+async def admin_config(control_plane: ControlPlane) -> ClusterConfig:
+    return await load_kubeconfig(control_plane.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+async def transport(admin_config: ClusterConfig) -> AsyncIterator[Transport]:
+    async with Transport(admin_config) as t:
+        yield t
+
+
+@pytest.fixture
+async def namespace(transport: Transport) -> AsyncIterator[str]:
+    """A fresh namespace, deleted after the test (it stays Terminating: no controller-manager)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    await transport.request("POST", "/api/v1/namespaces", body=body)
+    yield name
+    with contextlib.suppress(ConflictError):
+        await transport.request("DELETE", f"/api/v1/namespaces/{name}")
