@@ -10,6 +10,10 @@ process the request, so any verb is retried after that many seconds; 5xx with
 ``Retry-After`` is retried for reads only (a write's outcome is unknown); a connection error
 is retried (after 1 s) for reads only. At most ``max_retries`` (10) times. A 401 refreshes the
 credentials once and retries.
+
+Each wait is the server's ``Retry-After`` stretched by a random factor in [1, 2): never
+shorter than asked, and clients pushed back together do not all come back in the same
+millisecond (a real in-flight limit of 1 turned 40 synchronised retries into 40 new 429s).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -124,6 +129,7 @@ class Transport:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """Send a request; return the answer or raise the typed :class:`ApiError`.
 
@@ -134,9 +140,9 @@ class Transport:
         refreshed = False
         attempt = 0
         while True:
-            headers = {**(await self.config.credentials.headers())}
+            request_headers = {**(await self.config.credentials.headers()), **(headers or {})}
             if data is not None:
-                headers["Content-Type"] = content_type
+                request_headers["Content-Type"] = content_type
             started = time.monotonic()
             try:
                 async with session.request(
@@ -144,7 +150,7 @@ class Transport:
                     self.url(path),
                     params=params,
                     data=data,
-                    headers=headers,
+                    headers=request_headers,
                     server_hostname=self.config.tls_server_name,
                     timeout=(
                         aiohttp.ClientTimeout(total=timeout, sock_connect=30)
@@ -176,8 +182,9 @@ class Transport:
             retriable = status == 429 or (status >= 500 and method in READ_METHODS)
             if retry_after is not None and retriable and attempt < self.max_retries:
                 attempt += 1
-                log.debug("%s %s answered %d; retrying in %.0fs", method, path, status, retry_after)
-                await asyncio.sleep(retry_after)
+                delay = retry_after * (1.0 + random.random())
+                log.debug("%s %s answered %d; retrying in %.1fs", method, path, status, delay)
+                await asyncio.sleep(delay)
                 continue
             raise error_from_status(
                 status,
@@ -192,7 +199,11 @@ class Transport:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, path: str, params: Mapping[str, str] | None = None
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Open a streaming GET (a watch) on the watch pool.
 
@@ -203,13 +214,13 @@ class Transport:
         """
         _, session = self._sessions()
         for attempt in range(2):
-            headers = await self.config.credentials.headers()
+            request_headers = {**(await self.config.credentials.headers()), **(headers or {})}
             started = time.monotonic()
             try:
                 response = await session.get(
                     self.url(path),
                     params=params,
-                    headers=headers,
+                    headers=request_headers,
                     server_hostname=self.config.tls_server_name,
                 )
             except (aiohttp.ClientError, TimeoutError) as err:

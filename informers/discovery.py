@@ -1,0 +1,140 @@
+"""Discovery: from ``apiVersion`` + ``kind`` to the resource's URL name and scope.
+
+Each group/version's resource list is fetched once and cached; a kind that is not in the
+cached list causes one refetch of that group/version (a CRD may have been installed since),
+and only then :class:`UnknownKindError`. Concurrent lookups of the same group/version share one
+request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from informers.errors import NotFoundError
+from informers.transport import Transport
+
+
+class UnknownKindError(LookupError):
+    """The API server serves no resource of this kind (is the CRD installed?)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceInfo:
+    """One served resource: enough to build any URL for it."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+    verbs: frozenset[str] = frozenset()
+    subresources: frozenset[str] = frozenset()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_resource(self) -> str:
+        """``plural.group`` (``plural`` for the core group): the unit in which
+        resourceVersions are comparable."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """The URL path; ``namespace=None`` on a namespaced resource means all namespaces."""
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [prefix]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+class Discovery:
+    """Cached resource discovery for one API server."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._by_gv: dict[str, dict[str, ResourceInfo]] = {}
+        self._pending: dict[str, asyncio.Future[dict[str, ResourceInfo]]] = {}
+
+    async def resolve(self, api_version: str, kind: str) -> ResourceInfo:
+        """The resource serving ``kind`` in ``api_version``; raises :class:`UnknownKindError`."""
+        kinds = self._by_gv.get(api_version)
+        if kinds is None or kind not in kinds:
+            kinds = await self._fetch(api_version)
+        info = kinds.get(kind)
+        if info is None:
+            raise UnknownKindError(
+                f"the API server serves no kind {kind!r} in {api_version!r}; "
+                "is its CustomResourceDefinition installed and established?"
+            )
+        return info
+
+    def invalidate(self, api_version: str | None = None) -> None:
+        """Forget cached resource lists (all, or one group/version)."""
+        if api_version is None:
+            self._by_gv.clear()
+        else:
+            self._by_gv.pop(api_version, None)
+
+    async def _fetch(self, api_version: str) -> dict[str, ResourceInfo]:
+        pending = self._pending.get(api_version)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[dict[str, ResourceInfo]] = asyncio.get_running_loop().create_future()
+        self._pending[api_version] = future
+        try:
+            kinds = await self._load(api_version)
+            self._by_gv[api_version] = kinds
+            future.set_result(kinds)
+            return kinds
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # mark retrieved: waiters may not exist
+            raise
+        finally:
+            del self._pending[api_version]
+
+    async def _load(self, api_version: str) -> dict[str, ResourceInfo]:
+        group, version = split_api_version(api_version)
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            listing: Any = await self._transport.get_json(path)
+        except NotFoundError:
+            return {}
+        resources = listing.get("resources", []) if isinstance(listing, dict) else []
+        subresources: dict[str, set[str]] = {}
+        for resource in resources:
+            name = resource["name"]
+            if "/" in name:
+                parent, sub = name.split("/", 1)
+                subresources.setdefault(parent, set()).add(sub)
+        kinds: dict[str, ResourceInfo] = {}
+        for resource in resources:
+            name = resource["name"]
+            if "/" in name:
+                continue
+            kinds[resource["kind"]] = ResourceInfo(
+                group=group,
+                version=version,
+                kind=resource["kind"],
+                plural=name,
+                namespaced=bool(resource.get("namespaced")),
+                verbs=frozenset(resource.get("verbs", [])),
+                subresources=frozenset(subresources.get(name, ())),
+            )
+        return kinds

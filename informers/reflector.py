@@ -1,0 +1,328 @@
+"""The asyncio driver of :class:`~informers.reflector_machine.ReflectorMachine`.
+
+The machine decides (which request, how long to wait, what to put in the store); this module
+does the I/O: LIST pages and watch streams through :class:`~informers.transport.Transport`,
+our own line framing, orjson decoding, the transform hook, the store, and hand-off of every
+store change to a sink (the shared informer's fan-out).
+
+Guarantees:
+
+* Never raises out of :meth:`Reflector.run` except ``CancelledError``: every failure of the
+  wire becomes an input of the machine, which backs off and recovers.
+* A line cut mid-object is never decoded: the framing only yields complete lines, and a
+  stream that ends with a partial line is reported as a cut (re-watch from the last complete
+  event's resourceVersion).
+* A line that is not valid JSON closes the watch (logged and counted); the machine re-watches
+  from the last good resourceVersion. One bad line never stops the informer.
+* Backpressure: the sink is awaited for every batch of changes, so a slow consumer slows the
+  reading of the socket instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+
+from informers import metrics
+from informers._framing import LineFramer, LineTooLongError
+from informers.discovery import ResourceInfo
+from informers.errors import ApiError
+from informers.reflector_machine import (
+    ApplyEvent,
+    Bookmark,
+    CloseWatch,
+    Effect,
+    ListRequest,
+    Log,
+    ReflectorMachine,
+    ReflectorOptions,
+    Relisting,
+    ReplaceStore,
+    Sleep,
+    Synced,
+    WatchRequest,
+    WatchRestarted,
+)
+from informers.store import EventType, Store, StoreDelta
+from informers.transport import Transport
+
+log = logging.getLogger(__name__)
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""Rewrites each object before it is stored (and before handlers see it)."""
+
+DeltaSink = Callable[[Sequence[StoreDelta], bool], Awaitable[None]]
+"""Receives each batch of store changes, and whether it comes from the initial list."""
+
+METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+
+
+def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The default transform: drop ``metadata.managedFields`` (often half an object's size,
+    and of no use to a controller reading from its cache)."""
+    meta = obj.get("metadata")
+    if meta is not None:
+        meta.pop("managedFields", None)
+    return obj
+
+
+async def _discard(deltas: Sequence[StoreDelta], initial: bool) -> None:
+    return None
+
+
+class Reflector:
+    """Keeps one :class:`~informers.store.Store` in step with one resource on the server.
+
+    ``namespace=None`` watches all namespaces (or a cluster-scoped resource).
+    ``label_selector`` and ``field_selector`` are the wire forms (``"app=x"``,
+    ``"spec.priority=3"``; CRD ``selectableFields`` work as field selectors). ``transform``
+    defaults to :func:`strip_managed_fields`; pass ``None`` to keep objects whole.
+    ``metadata_only`` asks the server for PartialObjectMetadata (no spec, no status).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        resource: ResourceInfo,
+        store: Store,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        transform: Transform | None = strip_managed_fields,
+        metadata_only: bool = False,
+        options: ReflectorOptions | None = None,
+        sink: DeltaSink | None = None,
+        on_synced: Callable[[], Awaitable[None]] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.transport = transport
+        self.resource = resource
+        self.store = store
+        self.namespace = namespace
+        self.transform = transform
+        self.metadata_only = metadata_only
+        self.sink: DeltaSink = sink or _discard
+        self.on_synced = on_synced
+        self.machine = ReflectorMachine(options or ReflectorOptions(), rng=rng)
+        self.synced = asyncio.Event()
+        self._path = resource.path(namespace)
+        self._selectors = selector_params(label_selector, field_selector)
+        if metadata_only:
+            self._item_api_version, self._item_kind = "meta.k8s.io/v1", "PartialObjectMetadata"
+        else:
+            self._item_api_version, self._item_kind = resource.api_version, resource.kind
+        label = resource.group_resource
+        self._events = {
+            t: metrics.EVENTS.labels(label, t)
+            for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+        }
+        self._objects = metrics.STORE_OBJECTS.labels(label)
+        self._label = label
+        self._loop_time: Callable[[], float] = lambda: 0.0
+
+    @property
+    def description(self) -> str:
+        scope = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.resource.group_resource}{scope}"
+
+    async def run(self) -> None:
+        """Run until cancelled. Stops the machine (and closes any watch) on the way out."""
+        loop = asyncio.get_running_loop()
+        self._loop_time = loop.time
+        effects = self.machine.start(loop.time())
+        try:
+            while True:
+                request = await self._apply_effects(effects)
+                if request is None:
+                    return
+                effects = await self._perform(request)
+        finally:
+            self.machine.stop(loop.time())
+
+    # -- effects without I/O -------------------------------------------------------------------
+
+    async def _apply_effects(
+        self, effects: Sequence[Effect]
+    ) -> ListRequest | WatchRequest | Sleep | None:
+        """Carry out store/metric/log effects; return the I/O effect (always last), if any."""
+        for effect in effects:
+            if isinstance(effect, (ListRequest, WatchRequest, Sleep)):
+                return effect
+            if isinstance(effect, ApplyEvent):
+                await self._apply(effect.event_type, effect.obj)
+            elif isinstance(effect, ReplaceStore):
+                await self._replace(effect.items, effect.resource_version)
+            elif isinstance(effect, Bookmark):
+                self.store.observe_bookmark(effect.resource_version)
+            elif isinstance(effect, Synced):
+                self.store.mark_synced()
+                self.synced.set()
+                if self.on_synced is not None:
+                    await self.on_synced()
+                log.debug("%s synced: %d objects", self.description, len(self.store))
+            elif isinstance(effect, Relisting):
+                metrics.RELISTS.labels(self._label, effect.reason).inc()
+            elif isinstance(effect, WatchRestarted):
+                metrics.WATCH_RESTARTS.labels(self._label, effect.reason).inc()
+            elif isinstance(effect, Log):
+                log.log(effect.level, "%s: %s", self.description, effect.message)
+            elif isinstance(effect, CloseWatch):
+                pass  # the watch loop stops reading once the machine asks for another request
+        return None
+
+    async def _apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        if self.transform is not None:
+            obj = self.transform(obj)
+        try:
+            delta = self.store.apply(_event_type(event_type), obj)
+        except ValueError as err:
+            log.error("%s: ignoring a %s event: %s", self.description, event_type, err)
+            return
+        if delta is not None:
+            self._objects.set(len(self.store))
+            await self.sink((delta,), False)
+
+    async def _replace(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        initial = not self.store.has_synced
+        transform = self.transform
+        if transform is not None:
+            items = [transform(item) for item in items]
+        try:
+            deltas = self.store.replace(items, resource_version)
+        except ValueError as err:
+            # One object without a name must not stop the informer: keep the valid ones.
+            log.error("%s: relist holds an invalid object (%s); skipping it", self.description, err)
+            valid = [item for item in items if (item.get("metadata") or {}).get("name")]
+            deltas = self.store.replace(valid, resource_version)
+        self._objects.set(len(self.store))
+        if deltas:
+            await self.sink(deltas, initial)
+
+    # -- I/O -------------------------------------------------------------------------------
+
+    async def _perform(self, request: ListRequest | WatchRequest | Sleep) -> list[Effect]:
+        if isinstance(request, Sleep):
+            await asyncio.sleep(request.seconds)
+            return self.machine.sleep_done(self._loop_time())
+        if isinstance(request, ListRequest):
+            return await self._list(request)
+        return await self._watch(request)
+
+    async def _list(self, request: ListRequest) -> list[Effect]:
+        headers = {"Accept": METADATA_LIST_ACCEPT} if self.metadata_only else None
+        try:
+            answer = await self.transport.request(
+                "GET", self._path, params={**self._selectors, **request.params}, headers=headers
+            )
+            body = orjson.loads(answer.body)
+        except ApiError as err:
+            return self.machine.list_failed(
+                self._loop_time(),
+                err.status,
+                reason=err.reason,
+                retry_after=err.retry_after,
+                message=err.message,
+            )
+        except orjson.JSONDecodeError as err:
+            return self.machine.list_failed(self._loop_time(), 0, message=f"bad JSON: {err}")
+        meta = body.get("metadata") or {}
+        items: list[dict[str, Any]] = body.get("items") or []
+        # List items omit apiVersion and kind; cached objects should carry them.
+        api_version, kind = self._item_api_version, self._item_kind
+        for item in items:
+            item["apiVersion"] = api_version
+            item["kind"] = kind
+        return self.machine.list_page(
+            self._loop_time(), items, meta.get("resourceVersion") or "", meta.get("continue") or ""
+        )
+
+    async def _watch(self, request: WatchRequest) -> list[Effect]:
+        machine = self.machine
+        headers = {"Accept": METADATA_ACCEPT} if self.metadata_only else None
+        params = {**self._selectors, **request.params}
+        loop = asyncio.get_running_loop()
+        framer = LineFramer()
+        try:
+            async with self.transport.stream(self._path, params, headers=headers) as response:
+                effects = machine.watch_started(loop.time())
+                pending = await self._apply_effects(effects)
+                if pending is not None:
+                    return [pending]
+                async with asyncio.timeout(None) as idle:
+                    reader = response.content
+                    while True:
+                        idle.reschedule(loop.time() + request.idle_timeout_seconds)
+                        chunk = await reader.readany()
+                        if not chunk:
+                            break
+                        for line in framer.feed(chunk):
+                            event_effects = self._event(line)
+                            if event_effects is None:
+                                return machine.watch_ended(loop.time(), clean=False)
+                            pending = await self._apply_effects(event_effects)
+                            if pending is not None:
+                                return [pending]
+        except ApiError as err:
+            return machine.watch_failed(
+                loop.time(),
+                err.status,
+                reason=err.reason,
+                retry_after=err.retry_after,
+                message=err.message,
+            )
+        except TimeoutError:
+            log.info(
+                "%s: no bytes for %.0fs; reconnecting",
+                self.description,
+                request.idle_timeout_seconds,
+            )
+            return machine.idle_timeout(loop.time())
+        except LineTooLongError as err:
+            log.error("%s: %s; reconnecting", self.description, err)
+            return machine.watch_ended(loop.time(), clean=False)
+        except (aiohttp.ClientError, ConnectionError) as err:
+            log.info("%s: watch connection lost (%s)", self.description, err or type(err).__name__)
+            return machine.watch_ended(loop.time(), clean=False)
+        return machine.watch_ended(loop.time(), clean=framer.buffered_bytes == 0)
+
+    def _event(self, line: bytes) -> list[Effect] | None:
+        """Decode one line and feed it to the machine; None when the line is not an event."""
+        try:
+            event = orjson.loads(line)
+            event_type = event["type"]
+            obj = event["object"]
+        except (orjson.JSONDecodeError, KeyError, TypeError) as err:
+            log.error("%s: undecodable watch line (%d bytes): %s", self.description, len(line), err)
+            return None
+        counter = self._events.get(event_type)
+        if counter is not None:
+            counter.inc()
+        return self.machine.watch_event(self._loop_time(), event_type, obj)
+
+
+def _event_type(value: str) -> EventType:
+    if value == "ADDED":
+        return "ADDED"
+    if value == "MODIFIED":
+        return "MODIFIED"
+    if value == "DELETED":
+        return "DELETED"
+    raise ValueError(f"not a store event type: {value!r}")
+
+
+def selector_params(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+    """Query parameters for the two selectors (omitting empty ones)."""
+    params: dict[str, str] = {}
+    if label_selector:
+        params["labelSelector"] = label_selector
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    return params

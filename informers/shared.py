@@ -1,0 +1,348 @@
+"""Shared informers: one watch per (resource, namespace, selectors, mode), fanned out to many
+handlers.
+
+A handler is a callable ``handler(delta, initial)`` taking a
+:class:`~informers.store.StoreDelta` and whether it comes from the initial list. It may be a
+plain function (called inline, in order, for every change: the fast path for controllers whose
+handlers only enqueue keys) or a coroutine function (fed through a bounded buffer by a task of
+its own; when the buffer is full the informer waits, so a slow handler slows the watch instead
+of growing memory without bound).
+
+Guarantees:
+
+* A handler added late first receives the current content of the store as ``ADDED`` deltas
+  with ``initial=True``, then every later change, with nothing lost or duplicated in between.
+* Each registration reports its own :attr:`Registration.has_synced`: true once the handler has
+  been given (and, for coroutine handlers, has processed) the complete initial state.
+* An exception in a handler is logged and counted (``informer_handler_errors_total``); it
+  never stops the watch or other handlers.
+* Deltas are shared between handlers: treat ``delta.obj``/``delta.old`` as read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from informers import metrics
+from informers.discovery import Discovery, ResourceInfo
+from informers.reflector import Reflector, Transform, strip_managed_fields
+from informers.reflector_machine import ReflectorOptions
+from informers.store import ADDED, IndexFunc, Store, StoreDelta
+from informers.transport import Transport
+
+log = logging.getLogger(__name__)
+
+EventHandler = Callable[[StoreDelta, bool], Awaitable[None] | None]
+
+DEFAULT_BUFFER = 1024
+"""Deltas a coroutine handler may fall behind before the informer waits for it."""
+
+_SYNC_MARK = object()
+
+
+class Registration:
+    """One handler's subscription to a :class:`SharedInformer`."""
+
+    def __init__(self, informer: SharedInformer, handler: EventHandler, buffer_size: int) -> None:
+        self.informer = informer
+        self.handler = handler
+        self.is_coroutine = inspect.iscoroutinefunction(handler)
+        self._synced = asyncio.Event()
+        self._queue: asyncio.Queue[Any] | None = (
+            asyncio.Queue(buffer_size) if self.is_coroutine else None
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._removed = False
+
+    @property
+    def has_synced(self) -> bool:
+        """True once this handler has received the complete initial state."""
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    def remove(self) -> None:
+        """Stop delivering to this handler."""
+        self._removed = True
+        self.informer._registrations.discard(self)
+        if self._task is not None:
+            self._task.cancel()
+
+    # -- delivery -------------------------------------------------------------------------
+
+    def _call(self, delta: StoreDelta, initial: bool) -> None:
+        try:
+            self.handler(delta, initial)
+        except Exception:
+            self.informer._handler_failed(delta)
+
+    async def _call_async(self, delta: StoreDelta, initial: bool) -> None:
+        try:
+            result = self.handler(delta, initial)
+            if result is not None:
+                await result
+        except Exception:
+            self.informer._handler_failed(delta)
+
+    async def deliver(self, deltas: Sequence[StoreDelta], initial: bool) -> None:
+        if self._removed:
+            return
+        if self._queue is None:
+            for delta in deltas:
+                self._call(delta, initial)
+        else:
+            for delta in deltas:
+                await self._queue.put((delta, initial))
+
+    async def mark_synced(self) -> None:
+        """The initial state has been delivered (queued, for a coroutine handler)."""
+        if self._queue is None:
+            self._synced.set()
+        elif not self._removed:
+            await self._queue.put(_SYNC_MARK)
+
+    def start(self, snapshot: Sequence[bytes] | None) -> None:
+        """Begin delivery; ``snapshot`` (raw objects) is replayed first for late handlers."""
+        if self._queue is None:
+            if snapshot is not None:
+                for delta in _snapshot_deltas(snapshot):
+                    self._call(delta, True)
+                self._synced.set()
+            return
+        self._task = asyncio.get_running_loop().create_task(
+            self._consume(snapshot), name=f"informer-handler-{self.informer.description}"
+        )
+
+    async def _consume(self, snapshot: Sequence[bytes] | None) -> None:
+        assert self._queue is not None
+        if snapshot is not None:
+            for delta in _snapshot_deltas(snapshot):
+                await self._call_async(delta, True)
+            self._synced.set()
+        while True:
+            item = await self._queue.get()
+            if item is _SYNC_MARK:
+                self._synced.set()
+                continue
+            delta, initial = item
+            await self._call_async(delta, initial)
+
+
+def _snapshot_deltas(snapshot: Sequence[bytes]) -> Iterator[StoreDelta]:
+    for raw in snapshot:
+        yield StoreDelta(ADDED, orjson.loads(raw))
+
+
+@dataclass(frozen=True)
+class InformerKey:
+    """What makes two informers the same: resource, scope, selectors and mode."""
+
+    group_resource: str
+    version: str
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    metadata_only: bool = False
+
+
+@dataclass
+class SharedInformer:
+    """A store kept in step by one reflector, and the handlers registered on it."""
+
+    transport: Transport
+    resource: ResourceInfo
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    metadata_only: bool = False
+    transform: Transform | None = strip_managed_fields
+    indexers: Mapping[str, IndexFunc] | None = None
+    options: ReflectorOptions | None = None
+    store: Store = field(init=False)
+    reflector: Reflector = field(init=False)
+    _registrations: set[Registration] = field(init=False, default_factory=set)
+    _task: asyncio.Task[None] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.store = Store(indexers=self.indexers)
+        self.reflector = Reflector(
+            self.transport,
+            self.resource,
+            self.store,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            transform=self.transform,
+            metadata_only=self.metadata_only,
+            options=self.options,
+            sink=self._dispatch,
+            on_synced=self._on_synced,
+        )
+        self._errors = metrics.HANDLER_ERRORS.labels(self.resource.group_resource)
+
+    @property
+    def description(self) -> str:
+        return self.reflector.description
+
+    @property
+    def has_synced(self) -> bool:
+        return self.store.has_synced
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the reflector (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self.reflector.run(), name=f"reflector-{self.description}"
+            )
+
+    async def stop(self) -> None:
+        """Stop the reflector and every handler task."""
+        tasks = [self._task] if self._task is not None else []
+        for registration in list(self._registrations):
+            registration.remove()
+            if registration._task is not None:
+                tasks.append(registration._task)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._task = None
+
+    async def wait_for_sync(self, timeout: float | None = None) -> bool:
+        """True once the store holds the complete initial state; False on timeout."""
+        try:
+            await asyncio.wait_for(self.reflector.synced.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def add_handler(
+        self, handler: EventHandler, *, buffer_size: int = DEFAULT_BUFFER
+    ) -> Registration:
+        """Register ``handler``; if the informer already synced, it first gets the current
+        state as ``ADDED`` deltas (``initial=True``)."""
+        registration = Registration(self, handler, buffer_size)
+        # No await between the snapshot and the registration: nothing can slip in between.
+        snapshot: list[bytes] | None = None
+        if self.store.has_synced:
+            keys = self.store.keys()
+            snapshot = [raw for key in keys if (raw := self.store.get_raw(key)) is not None]
+        self._registrations.add(registration)
+        registration.start(snapshot)
+        return registration
+
+    async def _dispatch(self, deltas: Sequence[StoreDelta], initial: bool) -> None:
+        for registration in tuple(self._registrations):
+            await registration.deliver(deltas, initial)
+
+    async def _on_synced(self) -> None:
+        for registration in tuple(self._registrations):
+            if not registration.has_synced:
+                await registration.mark_synced()
+
+    def _handler_failed(self, delta: StoreDelta) -> None:
+        self._errors.inc()
+        log.exception("%s: event handler failed on %r; the watch goes on", self.description, delta)
+
+
+class InformerFactory:
+    """Creates and shares informers: one per :class:`InformerKey`.
+
+    ``transform`` (default :func:`strip_managed_fields`) and ``options`` apply to every
+    informer the factory creates. Informers are started on creation; :meth:`stop` stops all.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        discovery: Discovery | None = None,
+        *,
+        transform: Transform | None = strip_managed_fields,
+        options: ReflectorOptions | None = None,
+    ) -> None:
+        self.transport = transport
+        self.discovery = discovery or Discovery(transport)
+        self.transform = transform
+        self.options = options
+        self._informers: dict[InformerKey, SharedInformer] = {}
+
+    async def informer(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        metadata_only: bool = False,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        start: bool = True,
+    ) -> SharedInformer:
+        """The shared informer for this kind and scope, created (and started) on first use.
+
+        ``indexers`` only take effect for the call that creates the informer; a later call
+        asking for an index the existing informer lacks raises ``ValueError``.
+        """
+        resource = await self.discovery.resolve(api_version, kind)
+        key = InformerKey(
+            resource.group_resource,
+            resource.version,
+            namespace if resource.namespaced else None,
+            label_selector or None,
+            field_selector or None,
+            metadata_only,
+        )
+        informer = self._informers.get(key)
+        if informer is None:
+            informer = SharedInformer(
+                self.transport,
+                resource,
+                namespace=key.namespace,
+                label_selector=key.label_selector,
+                field_selector=key.field_selector,
+                metadata_only=metadata_only,
+                transform=self.transform,
+                indexers=indexers,
+                options=self.options,
+            )
+            self._informers[key] = informer
+        elif indexers:
+            missing = set(indexers) - set(informer.store.index_names)
+            if missing:
+                raise ValueError(
+                    f"the informer for {informer.description} was created without the "
+                    f"index(es) {sorted(missing)}; register indexes before first use"
+                )
+        if start:
+            informer.start()
+        return informer
+
+    def informers(self) -> list[SharedInformer]:
+        return list(self._informers.values())
+
+    def find(self, key: InformerKey) -> SharedInformer | None:
+        return self._informers.get(key)
+
+    async def wait_for_sync(self, timeout: float | None = None) -> list[SharedInformer]:
+        """Wait until every informer synced; returns those that did not within ``timeout``."""
+        informers = self.informers()
+        results = await asyncio.gather(*(i.wait_for_sync(timeout) for i in informers))
+        return [i for i, ok in zip(informers, results, strict=True) if not ok]
+
+    async def stop(self) -> None:
+        for informer in self._informers.values():
+            await informer.stop()

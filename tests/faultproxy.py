@@ -1,0 +1,135 @@
+"""A fault-injecting TCP proxy for tests: sits between a client and the real API server on
+loopback and cuts, freezes or refuses connections on command.
+
+TLS passes through untouched (the proxy sees only ciphertext), so the client still verifies
+the real server's certificate; the serving certificate is valid for 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class _Link:
+    client: asyncio.StreamWriter
+    upstream: asyncio.StreamWriter
+    downstream_bytes: int = 0
+    budget: int | None = None  # server->client bytes still allowed before a cut
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def abort(self) -> None:
+        for writer in (self.client, self.upstream):
+            writer.transport.abort()
+
+
+class FaultProxy:
+    """Forward 127.0.0.1:<port> to ``target_host:target_port``.
+
+    Faults: :meth:`cut_all` (abort every open connection now), :meth:`cut_after` (let each
+    open connection pass ``n`` more server-to-client bytes, then abort it: a cut mid-stream),
+    :meth:`freeze`/:meth:`thaw` (stop moving bytes, as a half-open connection would), and
+    :attr:`refuse` (close new connections at once).
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target_host = target_host
+        self.target_port = target_port
+        self.refuse = False
+        self.connections_accepted = 0
+        self.cuts = 0
+        self._links: set[_Link] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def start(self) -> FaultProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        self.cut_all()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def cut_all(self) -> None:
+        for link in list(self._links):
+            link.abort()
+            self.cuts += 1
+
+    def cut_after(self, nbytes: int) -> None:
+        for link in self._links:
+            link.budget = nbytes
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._links)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections_accepted += 1
+        if self.refuse:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        link = _Link(writer, up_writer)
+        self._links.add(link)
+        link.tasks = [
+            asyncio.create_task(self._pump(reader, up_writer, link, downstream=False)),
+            asyncio.create_task(self._pump(up_reader, writer, link, downstream=True)),
+        ]
+        try:
+            await asyncio.gather(*link.tasks, return_exceptions=True)
+        finally:
+            self._links.discard(link)
+            link.abort()
+
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        link: _Link,
+        *,
+        downstream: bool,
+    ) -> None:
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                await self._flowing.wait()
+                if downstream and link.budget is not None:
+                    if len(data) >= link.budget:
+                        writer.write(data[: link.budget])
+                        with contextlib.suppress(ConnectionError):
+                            await writer.drain()
+                        self.cuts += 1
+                        link.abort()
+                        return
+                    link.budget -= len(data)
+                if downstream:
+                    link.downstream_bytes += len(data)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            link.abort()
