@@ -1,0 +1,237 @@
+"""The manager's informer cache: which kinds are watched, in which scope, and reads from them.
+
+Nothing is watched implicitly. A kind is watched once something asks for it with
+:meth:`Cache.watch` (the builder does this for ``for_``/``owns``/``watches``); reading a kind
+that is not watched raises :class:`NotCachedError` saying what to configure, instead of
+silently starting a cluster-wide watch (controller-runtime's default does the latter).
+
+Scope: ``namespaces`` limits every namespaced kind to those namespaces (one informer per
+namespace, like controller-runtime's ``DefaultNamespaces``); ``by_object`` overrides the
+scope, selectors and mode per kind. Cluster-scoped kinds always get one informer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from informers.discovery import ResourceInfo
+from informers.errors import NotFoundError
+from informers.labels import LabelSelector
+from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
+from informers.store import IndexFunc, Store
+
+KindKey = tuple[str, str]
+"""``(apiVersion, kind)``."""
+
+
+class NotCachedError(LookupError):
+    """A cached read of a kind the cache does not watch (or outside its scope)."""
+
+
+class CacheSyncTimeoutError(TimeoutError):
+    """Informers did not sync in time; the message names the kinds."""
+
+
+@dataclass(frozen=True)
+class ByObject:
+    """Per-kind cache options. ``None`` fields fall back to the cache's defaults."""
+
+    namespaces: tuple[str, ...] | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    metadata_only: bool = False
+    indexers: Mapping[str, IndexFunc] | None = None
+
+
+@dataclass
+class KindInformers:
+    """The informers serving one kind: one, or one per configured namespace."""
+
+    resource: ResourceInfo
+    informers: dict[str | None, SharedInformer] = field(default_factory=dict)
+    label_selector: LabelSelector | None = None
+
+    @property
+    def stores(self) -> list[Store]:
+        return [i.store for i in self.informers.values()]
+
+    @property
+    def has_synced(self) -> bool:
+        return all(i.has_synced for i in self.informers.values())
+
+    def covers(self, namespace: str | None) -> bool:
+        """True if reads of ``namespace`` (``None``: all namespaces) are served."""
+        if None in self.informers or not self.resource.namespaced:
+            return True
+        return namespace is not None and namespace in self.informers
+
+    def informer_for(self, namespace: str | None) -> SharedInformer | None:
+        if None in self.informers:
+            return self.informers[None]
+        return self.informers.get(namespace)
+
+    def stores_for(self, namespace: str | None) -> list[Store]:
+        """Stores that would hold an object of ``namespace``."""
+        informer = self.informer_for(namespace if self.resource.namespaced else None)
+        return [informer.store] if informer is not None else []
+
+    def add_handler(self, handler: EventHandler) -> list[Registration]:
+        return [i.add_handler(handler) for i in self.informers.values()]
+
+
+class Cache:
+    """Informers per kind, created on :meth:`watch`, read with :meth:`get` and :meth:`list`.
+
+    Reads return fresh dicts (the store decodes on every read); mutating them is safe.
+    """
+
+    def __init__(
+        self,
+        factory: InformerFactory,
+        *,
+        namespaces: Sequence[str] | None = None,
+        by_object: Mapping[KindKey, ByObject] | None = None,
+    ) -> None:
+        self.factory = factory
+        self.namespaces = tuple(namespaces) if namespaces else None
+        self.by_object = dict(by_object or {})
+        self._kinds: dict[KindKey, KindInformers] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def discovery(self) -> Any:
+        return self.factory.discovery
+
+    async def watch(self, api_version: str, kind: str) -> KindInformers:
+        """Watch ``kind`` (idempotent) and return its informers, started."""
+        key = (api_version, kind)
+        async with self._lock:
+            existing = self._kinds.get(key)
+            if existing is not None:
+                return existing
+            resource = await self.factory.discovery.resolve(api_version, kind)
+            options = self.by_object.get(key, ByObject())
+            namespaces: Sequence[str | None] = [None]
+            if resource.namespaced:
+                scope = options.namespaces or self.namespaces
+                if scope:
+                    namespaces = list(scope)
+            entry = KindInformers(
+                resource,
+                label_selector=(
+                    LabelSelector.parse(options.label_selector) if options.label_selector else None
+                ),
+            )
+            for namespace in namespaces:
+                entry.informers[namespace] = await self.factory.informer(
+                    api_version,
+                    kind,
+                    namespace=namespace,
+                    label_selector=options.label_selector,
+                    field_selector=options.field_selector,
+                    metadata_only=options.metadata_only,
+                    indexers=options.indexers,
+                )
+            self._kinds[key] = entry
+            return entry
+
+    def watched(self, api_version: str, kind: str) -> KindInformers | None:
+        return self._kinds.get((api_version, kind))
+
+    def kinds(self) -> list[KindInformers]:
+        return list(self._kinds.values())
+
+    def stores_for(self, group_resource: str, namespace: str | None) -> list[Store]:
+        """Every store (of any watched kind of this group/resource) holding ``namespace``."""
+        return [
+            store
+            for entry in self._kinds.values()
+            if entry.resource.group_resource == group_resource
+            for store in entry.stores_for(namespace)
+        ]
+
+    def _entry(self, api_version: str, kind: str, namespace: str | None) -> KindInformers:
+        entry = self._kinds.get((api_version, kind))
+        if entry is None:
+            raise NotCachedError(
+                f"{kind} ({api_version}) is not in the cache: watch it first (the builder's "
+                "for_/owns/watches, or cache.watch(...)), or read it live with client.live"
+            )
+        if not entry.covers(namespace):
+            scope = ", ".join(sorted(n for n in entry.informers if n)) or "-"
+            raise NotCachedError(
+                f"{kind} in namespace {namespace or '<all>'} is outside the cache's scope "
+                f"({scope}); read it live with client.live or widen the cache's namespaces"
+            )
+        return entry
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """The cached object; raises :class:`~informers.errors.NotFoundError` when absent."""
+        entry = self._entry(api_version, kind, namespace)
+        key = f"{namespace}/{name}" if entry.resource.namespaced and namespace else name
+        for store in entry.stores_for(namespace):
+            obj = store.get(key)
+            if obj is not None:
+                return obj
+        raise NotFoundError(
+            404, "NotFound", f'{entry.resource.group_resource} "{name}" not found (in the cache)'
+        )
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Cached objects of ``kind`` (in ``namespace``, or all the cache holds)."""
+        entry = self._entry(api_version, kind, namespace)
+        selector = (
+            LabelSelector.parse(label_selector)
+            if isinstance(label_selector, str)
+            else label_selector
+        )
+        if namespace is not None and entry.resource.namespaced:
+            informers = [i for i in [entry.informer_for(namespace)] if i is not None]
+        else:
+            informers = list(entry.informers.values())
+        out: list[dict[str, Any]] = []
+        for informer in informers:
+            out.extend(
+                informer.store.list(
+                    namespace=namespace if entry.resource.namespaced else None, selector=selector
+                )
+            )
+        return out
+
+    async def wait_for_sync(self, timeout: float | None = None) -> None:
+        """Wait until every watched kind synced; :class:`CacheSyncTimeoutError` names the
+        laggards."""
+        pending = [
+            (entry, informer)
+            for entry in self._kinds.values()
+            for informer in entry.informers.values()
+        ]
+        results = await asyncio.gather(*(i.wait_for_sync(timeout) for _, i in pending))
+        late = sorted(
+            {
+                f"{entry.resource.kind} ({entry.resource.api_version})"
+                + (f" in {informer.namespace}" if informer.namespace else "")
+                for (entry, informer), ok in zip(pending, results, strict=True)
+                if not ok
+            }
+        )
+        if late:
+            raise CacheSyncTimeoutError(
+                f"caches did not sync within {timeout}s: {', '.join(late)}; check RBAC "
+                "(list/watch) for these kinds and that their CRDs are installed"
+            )
+
+    async def stop(self) -> None:
+        await self.factory.stop()

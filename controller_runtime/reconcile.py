@@ -1,0 +1,106 @@
+"""The reconcile contract: requests, results, terminal errors, and the context a reconcile
+runs in.
+
+A reconciler is an async callable ``reconcile(request) -> Result | None`` (or an object with
+such a ``reconcile`` method). It is handed only the key of the object; it reads the current
+state itself (from the cache, through the client) and drives the world towards the desired
+state. Returning ``None`` or ``Result()`` means done; ``Result(requeue_after=s)`` asks to run
+again after ``s`` seconds; raising an exception means a rate-limited retry, except
+:class:`TerminalError`, which is recorded and not retried.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from informers.discovery import ResourceInfo
+
+
+class Request(NamedTuple):
+    """The key of the object to reconcile. ``namespace`` is ``""`` for cluster-scoped ones."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What to do after a successful reconcile.
+
+    ``requeue_after``: run again after this many seconds (the key is first forgotten by the
+    rate limiter, as in controller-runtime). ``None`` (default): do not requeue.
+    """
+
+    requeue_after: float | None = None
+
+
+class TerminalError(Exception):
+    """A reconcile error that retrying cannot fix (bad user input, say): counted in
+    ``controller_runtime_terminal_reconcile_errors_total``, logged, and not requeued."""
+
+
+ReconcileFunc = Callable[[Request], Awaitable[Result | None]]
+
+
+@runtime_checkable
+class Reconciler(Protocol):
+    """A class-based reconciler."""
+
+    async def reconcile(self, request: Request) -> Result | None: ...
+
+
+class ConsistencyGuard(Protocol):
+    """Read-your-own-writes bookkeeping of one controller (implemented in
+    :mod:`controller_runtime.consistency`).
+
+    The client calls ``record_write``/``record_delete`` for every write made while a reconcile
+    of ``request`` runs; the controller calls ``check`` before each reconcile.
+    """
+
+    def record_write(
+        self, request: Request, resource: ResourceInfo, obj: Mapping[str, Any]
+    ) -> None:
+        """The server answered a write of ``obj`` (its returned state, with the new RV)."""
+        ...
+
+    def record_delete(
+        self, request: Request, resource: ResourceInfo, obj: Mapping[str, Any]
+    ) -> None:
+        """A delete of ``obj`` (namespace, name and UID are used) was accepted."""
+        ...
+
+    def check(self, request: Request) -> float | None:
+        """``None`` when the cache has observed every write recorded for ``request`` (run the
+        reconcile now); otherwise the delay after which to try again."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileContext:
+    """Where the current coroutine is: which controller reconciles which request.
+
+    Set by the controller around each reconcile (a :mod:`contextvars` variable, so it follows
+    the reconcile into every coroutine it awaits and tasks it creates). The client reads it to
+    record its writes with the controller's :class:`ConsistencyGuard`.
+    """
+
+    controller: str
+    request: Request
+    reconcile_id: str
+    guard: ConsistencyGuard | None = None
+
+
+CURRENT_RECONCILE: contextvars.ContextVar[ReconcileContext | None] = contextvars.ContextVar(
+    "controller_runtime_current_reconcile", default=None
+)
+
+
+def current_reconcile() -> ReconcileContext | None:
+    """The reconcile the calling coroutine belongs to, if any."""
+    return CURRENT_RECONCILE.get()
