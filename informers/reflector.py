@@ -45,11 +45,12 @@ from informers.reflector_machine import (
     Relisting,
     ReplaceStore,
     Sleep,
+    State,
     Synced,
     WatchRequest,
     WatchRestarted,
 )
-from informers.store import EventType, Store, StoreDelta
+from informers.store import EventType, Prepared, Store, StoreDelta
 from informers.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,9 @@ class Reflector:
         self.metadata_only = metadata_only
         self.sink: DeltaSink = sink or _discard
         self.on_synced = on_synced
-        self.machine = ReflectorMachine(options or ReflectorOptions(), rng=rng)
+        self.machine = ReflectorMachine(
+            options or ReflectorOptions(), rng=rng, key_of=_prepared_key, rv_of=_prepared_rv
+        )
         self.synced = asyncio.Event()
         self._path = resource.path(namespace)
         self._selectors = selector_params(label_selector, field_selector)
@@ -178,30 +181,31 @@ class Reflector:
                 pass  # the watch loop stops reading once the machine asks for another request
         return None
 
-    async def _apply(self, event_type: str, obj: dict[str, Any]) -> None:
+    def _prepare(self, obj: dict[str, Any], *, keep_object: bool) -> Prepared | None:
+        """Transform, validate and encode one object as soon as it arrives.
+
+        Objects buffered for an atomic swap (list pages, a streaming list) keep only their
+        bytes; ``keep_object`` keeps the dict for a live event, whose handlers read it anyway.
+        """
         if self.transform is not None:
             obj = self.transform(obj)
         try:
-            delta = self.store.apply(_event_type(event_type), obj)
-        except ValueError as err:
-            log.error("%s: ignoring a %s event: %s", self.description, event_type, err)
-            return
+            prepared = self.store.prepare(obj)
+        except (ValueError, TypeError) as err:
+            log.error("%s: ignoring an object: %s", self.description, err)
+            return None
+        return prepared if keep_object else prepared.drop_object()
+
+    async def _apply(self, event_type: str, prepared: Prepared) -> None:
+        delta = self.store.apply_prepared(_event_type(event_type), prepared)
         if delta is not None:
             self._objects.set(len(self.store))
             await self.sink((delta,), False)
 
-    async def _replace(self, items: list[dict[str, Any]], resource_version: str) -> None:
+    async def _replace(self, items: list[Prepared], resource_version: str) -> None:
         initial = not self.store.has_synced
-        transform = self.transform
-        if transform is not None:
-            items = [transform(item) for item in items]
-        try:
-            deltas = self.store.replace(items, resource_version)
-        except ValueError as err:
-            # One object without a name must not stop the informer: keep the valid ones.
-            log.error("%s: relist holds an invalid object (%s); skipping it", self.description, err)
-            valid = [item for item in items if (item.get("metadata") or {}).get("name")]
-            deltas = self.store.replace(valid, resource_version)
+        deltas = self.store.replace_prepared(items, resource_version)
+        del items  # the machine's buffer: let it go before handlers run
         self._objects.set(len(self.store))
         if deltas:
             await self.sink(deltas, initial)
@@ -234,12 +238,16 @@ class Reflector:
         except orjson.JSONDecodeError as err:
             return self.machine.list_failed(self._loop_time(), 0, message=f"bad JSON: {err}")
         meta = body.get("metadata") or {}
-        items: list[dict[str, Any]] = body.get("items") or []
         # List items omit apiVersion and kind; cached objects should carry them.
         api_version, kind = self._item_api_version, self._item_kind
-        for item in items:
+        items: list[Prepared] = []
+        for item in body.get("items") or ():
             item["apiVersion"] = api_version
             item["kind"] = kind
+            prepared = self._prepare(item, keep_object=False)
+            if prepared is not None:
+                items.append(prepared)
+        del body
         return self.machine.list_page(
             self._loop_time(), items, meta.get("resourceVersion") or "", meta.get("continue") or ""
         )
@@ -250,13 +258,18 @@ class Reflector:
         params = {**self._selectors, **request.params}
         loop = asyncio.get_running_loop()
         framer = LineFramer()
+        started = False
         try:
-            async with self.transport.stream(self._path, params, headers=headers) as response:
-                effects = machine.watch_started(loop.time())
-                pending = await self._apply_effects(effects)
-                if pending is not None:
-                    return [pending]
-                async with asyncio.timeout(None) as idle:
+            # One timer covers the whole stream: connecting and the response headers first
+            # (a stalled handshake must not hang forever), then every read, re-armed on each
+            # chunk (HTTP/1.1 has no pings; silence this long means a half-open connection).
+            async with asyncio.timeout(min(request.idle_timeout_seconds, 30.0)) as idle:
+                async with self.transport.stream(self._path, params, headers=headers) as response:
+                    started = True
+                    effects = machine.watch_started(loop.time())
+                    pending = await self._apply_effects(effects)
+                    if pending is not None:
+                        return [pending]
                     reader = response.content
                     while True:
                         idle.reschedule(loop.time() + request.idle_timeout_seconds)
@@ -279,6 +292,10 @@ class Reflector:
                 message=err.message,
             )
         except TimeoutError:
+            if not started:
+                return machine.watch_failed(
+                    loop.time(), 0, reason="Timeout", message="no response to the watch request"
+                )
             log.info(
                 "%s: no bytes for %.0fs; reconnecting",
                 self.description,
@@ -290,6 +307,10 @@ class Reflector:
             return machine.watch_ended(loop.time(), clean=False)
         except (aiohttp.ClientError, ConnectionError) as err:
             log.info("%s: watch connection lost (%s)", self.description, err or type(err).__name__)
+            if not started:
+                return machine.watch_failed(
+                    loop.time(), 0, reason="ConnectionError", message=str(err)
+                )
             return machine.watch_ended(loop.time(), clean=False)
         return machine.watch_ended(loop.time(), clean=framer.buffered_bytes == 0)
 
@@ -305,7 +326,21 @@ class Reflector:
         counter = self._events.get(event_type)
         if counter is not None:
             counter.inc()
+        if event_type in ("ADDED", "MODIFIED", "DELETED"):
+            buffered = self.machine.state is State.STREAMING_LIST
+            prepared = self._prepare(obj, keep_object=not buffered)
+            if prepared is None:
+                return []
+            return self.machine.watch_event(self._loop_time(), event_type, prepared)
         return self.machine.watch_event(self._loop_time(), event_type, obj)
+
+
+def _prepared_key(item: Prepared) -> str:
+    return item.key
+
+
+def _prepared_rv(item: Prepared) -> str:
+    return item.entry.rv
 
 
 def _event_type(value: str) -> EventType:

@@ -89,7 +89,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -246,7 +246,7 @@ class ReplaceStore:
     Keys present in the store and absent here must be reported as deletions (decision 3).
     """
 
-    items: list[dict[str, Any]]
+    items: list[Any]
     resource_version: str
 
 
@@ -255,7 +255,7 @@ class ApplyEvent:
     """Apply one watch event (``ADDED``, ``MODIFIED`` or ``DELETED``) to the store."""
 
     event_type: str
-    obj: dict[str, Any]
+    obj: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,11 +515,23 @@ class ReflectorMachine:
     Args:
         options: tunables, see :class:`ReflectorOptions`.
         rng: source of the watch-timeout and jitter randomness (inject a seeded one in tests).
+        key_of, rv_of: read the key (``namespace/name``, or None when unnamed) and the
+            resourceVersion of a listed or watched object. Objects are opaque to the machine
+            otherwise, so a driver may hand it a compact form (the store's pre-encoded entries)
+            instead of decoded dicts; the defaults read dicts. Bookmarks and ERROR objects are
+            always dicts.
     """
 
     def __init__(
-        self, options: ReflectorOptions | None = None, *, rng: random.Random | None = None
+        self,
+        options: ReflectorOptions | None = None,
+        *,
+        rng: random.Random | None = None,
+        key_of: Callable[[Any], str | None] | None = None,
+        rv_of: Callable[[Any], str] | None = None,
     ) -> None:
+        self._key_of = key_of if key_of is not None else _object_key
+        self._rv_of = rv_of if rv_of is not None else _object_rv
         self._opts = options if options is not None else ReflectorOptions()
         self._rng = rng if rng is not None else random.Random()
         self._state = State.EMPTY
@@ -537,14 +549,14 @@ class ReflectorMachine:
         # LISTING.
         self._list_rv_param = ""
         self._list_rv = ""
-        self._list_items: list[dict[str, Any]] = []
+        self._list_items: list[Any] = []
         self._continue = ""
         self._page = 1
         self._unpaged = False
         self._continue_expiries = 0
 
         # STREAMING_LIST: the snapshot being built, by key.
-        self._pending: dict[str, dict[str, Any]] = {}
+        self._pending: dict[str, Any] = {}
 
         # The current watch (plain or streaming).
         self._watch_open = False
@@ -624,7 +636,7 @@ class ReflectorMachine:
     def list_page(
         self,
         now: float,
-        items: list[dict[str, Any]],
+        items: list[Any],
         resource_version: str,
         continue_token: str,
     ) -> list[Effect]:
@@ -732,7 +744,7 @@ class ReflectorMachine:
             self._note_healthy(now)
         return []
 
-    def watch_event(self, now: float, event_type: str, obj: dict[str, Any]) -> list[Effect]:
+    def watch_event(self, now: float, event_type: str, obj: Any) -> list[Effect]:
         """One complete, decoded watch event: ``{"type": event_type, "object": obj}``.
 
         Implies :meth:`watch_started` if the driver did not report the 200 separately.
@@ -868,7 +880,7 @@ class ReflectorMachine:
 
     # ---- watch internals -------------------------------------------------------------------
 
-    def _stream_event(self, now: float, event_type: str, obj: dict[str, Any]) -> list[Effect]:
+    def _stream_event(self, now: float, event_type: str, obj: Any) -> list[Effect]:
         if event_type == "BOOKMARK":
             if not _is_initial_events_end(obj):
                 return []  # progress inside the snapshot; only the end bookmark matters
@@ -883,7 +895,7 @@ class ReflectorMachine:
             return effects
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return [Log(logging.WARNING, f"ignoring watch event of unknown type {event_type!r}")]
-        key = _object_key(obj)
+        key = self._key_of(obj)
         if key is None:
             return [Log(logging.WARNING, f"ignoring {event_type} event without metadata.name")]
         # ADDEDs come in any order and may be followed by MODIFIED/DELETED for the same key:
@@ -894,9 +906,9 @@ class ReflectorMachine:
             self._pending[key] = obj
         return []
 
-    def _plain_event(self, event_type: str, obj: dict[str, Any]) -> list[Effect]:
-        rv = _object_rv(obj)
+    def _plain_event(self, event_type: str, obj: Any) -> list[Effect]:
         if event_type == "BOOKMARK":
+            rv = _object_rv(obj)
             if not rv:
                 return [Log(logging.WARNING, "ignoring bookmark without resourceVersion")]
             self._last_sync_rv = rv
@@ -904,6 +916,7 @@ class ReflectorMachine:
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return [Log(logging.WARNING, f"ignoring watch event of unknown type {event_type!r}")]
         effects: list[Effect] = [ApplyEvent(event_type, obj)]
+        rv = self._rv_of(obj)
         if rv:
             self._last_sync_rv = rv
         else:
@@ -1072,7 +1085,7 @@ class ReflectorMachine:
         self._idle_timeout = timeout + self._opts.idle_margin
         return WatchRequest(params, timeout, self._idle_timeout, streaming)
 
-    def _complete_sync(self, items: list[dict[str, Any]], rv: str) -> list[Effect]:
+    def _complete_sync(self, items: list[Any], rv: str) -> list[Effect]:
         effects: list[Effect] = [ReplaceStore(items, rv)]
         self._last_sync_rv = rv
         self._rv_unavailable = False

@@ -29,8 +29,6 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from informers import metrics
 from informers.discovery import Discovery, ResourceInfo
 from informers.reflector import Reflector, Transform, strip_managed_fields
@@ -110,7 +108,7 @@ class Registration:
         elif not self._removed:
             await self._queue.put(_SYNC_MARK)
 
-    def start(self, snapshot: Sequence[bytes] | None) -> None:
+    def start(self, snapshot: Sequence[tuple[str, bytes]] | None) -> None:
         """Begin delivery; ``snapshot`` (raw objects) is replayed first for late handlers."""
         if self._queue is None:
             if snapshot is not None:
@@ -122,7 +120,7 @@ class Registration:
             self._consume(snapshot), name=f"informer-handler-{self.informer.description}"
         )
 
-    async def _consume(self, snapshot: Sequence[bytes] | None) -> None:
+    async def _consume(self, snapshot: Sequence[tuple[str, bytes]] | None) -> None:
         assert self._queue is not None
         if snapshot is not None:
             for delta in _snapshot_deltas(snapshot):
@@ -137,9 +135,9 @@ class Registration:
             await self._call_async(delta, initial)
 
 
-def _snapshot_deltas(snapshot: Sequence[bytes]) -> Iterator[StoreDelta]:
-    for raw in snapshot:
-        yield StoreDelta(ADDED, orjson.loads(raw))
+def _snapshot_deltas(snapshot: Sequence[tuple[str, bytes]]) -> Iterator[StoreDelta]:
+    for key, raw in snapshot:
+        yield StoreDelta(ADDED, None, raw=raw, key=key)
 
 
 @dataclass(frozen=True)
@@ -237,10 +235,10 @@ class SharedInformer:
         state as ``ADDED`` deltas (``initial=True``)."""
         registration = Registration(self, handler, buffer_size)
         # No await between the snapshot and the registration: nothing can slip in between.
-        snapshot: list[bytes] | None = None
+        snapshot: list[tuple[str, bytes]] | None = None
         if self.store.has_synced:
             keys = self.store.keys()
-            snapshot = [raw for key in keys if (raw := self.store.get_raw(key)) is not None]
+            snapshot = [(key, raw) for key in keys if (raw := self.store.get_raw(key)) is not None]
         self._registrations.add(registration)
         registration.start(snapshot)
         return registration

@@ -33,6 +33,7 @@ __all__ = [
     "MODIFIED",
     "EventType",
     "IndexFunc",
+    "Prepared",
     "Store",
     "StoreDelta",
     "object_key",
@@ -99,20 +100,43 @@ class StoreDelta:
     """One change the store made, handed to event handlers.
 
     ``type`` is what happened to the *cache* (an ``ADDED`` event for a key already cached yields
-    ``MODIFIED``). ``obj`` is the new state, or for ``DELETED`` the last known state (the event's
-    object, or the cached one for a deletion synthesised by a relist). ``obj`` is not a copy of
-    anything the cache holds; it may be the dict passed to :meth:`Store.apply`, so handlers
-    sharing one delta should treat it as read-only. ``old`` is the previously cached state
-    (``None`` for ``ADDED``), decoded from the cached bytes on first access only.
+    ``MODIFIED``). ``key`` is the store key (``namespace/name``). ``obj`` is the new state, or
+    for ``DELETED`` the last known state (the event's object, or the cached one for a deletion
+    synthesised by a relist). ``obj`` is not a copy of anything the cache holds, but it may be
+    shared by every handler of one delta: treat it as read-only. Deltas of a relist or an
+    initial list carry only the encoded bytes and decode ``obj`` on first access, so handlers
+    that need only the key (enqueueing it) never pay for decoding. ``old`` is the previously
+    cached state (``None`` for ``ADDED``), decoded from the cached bytes on first access only.
     """
 
-    __slots__ = ("_old", "_old_raw", "obj", "type")
+    __slots__ = ("_obj", "_old", "_old_raw", "_raw", "key", "type")
 
-    def __init__(self, type: EventType, obj: dict[str, Any], old_raw: bytes | None = None) -> None:
+    def __init__(
+        self,
+        type: EventType,
+        obj: dict[str, Any] | None,
+        old_raw: bytes | None = None,
+        *,
+        raw: bytes | None = None,
+        key: str | None = None,
+    ) -> None:
+        if obj is None and raw is None:
+            raise ValueError("a StoreDelta needs obj or raw")
         self.type: EventType = type
-        self.obj = obj
+        self._obj = obj
+        self._raw = raw
         self._old_raw = old_raw
         self._old: dict[str, Any] | None = None
+        self.key: str = key if key is not None else object_key(self.obj)
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The object (decoded lazily, once, when the delta carries only bytes)."""
+        obj = self._obj
+        if obj is None:
+            obj = self._obj = orjson.loads(self._raw)  # type: ignore[arg-type]
+            self._raw = None
+        return obj
 
     @property
     def old(self) -> dict[str, Any] | None:
@@ -123,11 +147,33 @@ class StoreDelta:
         return self._old
 
     def __repr__(self) -> str:
-        meta = self.obj.get("metadata") or {}
-        return (
-            f"StoreDelta({self.type}, {meta.get('namespace')}/{meta.get('name')}, "
-            f"rv={meta.get('resourceVersion')!r})"
-        )
+        return f"StoreDelta({self.type}, {self.key})"
+
+
+class Prepared:
+    """An object made ready for the store: key, resourceVersion, exact-size encoded bytes and
+    index values, plus the decoded dict for as long as the caller keeps it.
+
+    The reflector prepares each listed object as it arrives and drops the dict
+    (:meth:`drop_object`), so a list of 100k objects is buffered as bytes, not as dicts: the
+    peak memory of a sync, and the heap fragmentation it leaves behind, stay close to the
+    store's own size.
+    """
+
+    __slots__ = ("entry", "key", "obj")
+
+    def __init__(self, key: str, entry: _Entry, obj: dict[str, Any] | None) -> None:
+        self.key = key
+        self.entry = entry
+        self.obj = obj
+
+    @property
+    def resource_version(self) -> str:
+        return self.entry.rv
+
+    def drop_object(self) -> Prepared:
+        self.obj = None
+        return self
 
 
 class _Index:
@@ -375,6 +421,13 @@ class Store:
 
     # ---------------------------------------------------------------------------------- writes
 
+    def prepare(self, obj: dict[str, Any]) -> Prepared:
+        """Validate, index and encode ``obj`` for a later :meth:`apply_prepared` or
+        :meth:`replace_prepared`. Raises ``ValueError`` for an object without a name."""
+        key = object_key(obj)
+        rv = obj["metadata"].get("resourceVersion") or ""
+        return Prepared(key, self._make_entry(obj, rv), obj)
+
     def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
 
@@ -385,23 +438,43 @@ class Store:
         or an object without ``metadata.name``; the store is unchanged then (also when an index
         function raises).
         """
-        key = object_key(obj)
-        meta = obj["metadata"]
-        rv = meta.get("resourceVersion") or ""
+        if event_type not in (ADDED, MODIFIED, DELETED):
+            raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
+        if event_type == DELETED:
+            # A delete needs no encoding: nothing is stored.
+            key = object_key(obj)
+            rv = obj["metadata"].get("resourceVersion") or ""
+            delta = self._delete(key, rv, obj, None)
+            if rv:
+                self._observe(rv)
+            return delta
+        return self.apply_prepared(event_type, self.prepare(obj))
+
+    def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
+        """:meth:`apply` for an object already :meth:`prepare`-d."""
+        key, entry = prepared.key, prepared.entry
+        rv = entry.rv
         cur = self._items.get(key)
         delta: StoreDelta | None = None
         if event_type == DELETED:
-            if cur is not None and (rv == cur.rv or is_newer(rv, cur.rv)):
-                self._remove(key, cur)
-                delta = StoreDelta(DELETED, obj, cur.raw)
+            delta = self._delete(key, rv, prepared.obj, entry.raw)
         elif event_type in (ADDED, MODIFIED):
             if cur is None or is_newer(rv, cur.rv):
-                delta = self._put(key, self._make_entry(obj, rv), obj, cur)
+                delta = self._put(key, entry, prepared.obj, cur)
         else:
             raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
         if rv:
             self._observe(rv)
         return delta
+
+    def _delete(
+        self, key: str, rv: str, obj: dict[str, Any] | None, raw: bytes | None
+    ) -> StoreDelta | None:
+        cur = self._items.get(key)
+        if cur is None or not (rv == cur.rv or is_newer(rv, cur.rv)):
+            return None
+        self._remove(key, cur)
+        return StoreDelta(DELETED, obj, cur.raw, raw=raw if raw is not None else cur.raw, key=key)
 
     def replace(
         self, objs: Iterable[dict[str, Any]], resource_version: str
@@ -415,32 +488,36 @@ class Store:
         than ``resource_version`` (the list could not have seen them). Unchanged objects yield
         nothing. ``resource_version`` is observed.
         """
+        return self.replace_prepared([self.prepare(obj) for obj in objs], resource_version)
+
+    def replace_prepared(
+        self, prepared: Iterable[Prepared], resource_version: str
+    ) -> builtins.list[StoreDelta]:
+        """:meth:`replace` for objects already :meth:`prepare`-d (validated and encoded, so
+        the swap itself cannot fail half-way)."""
         items = self._items
-        plan: dict[str, tuple[dict[str, Any], _Entry]] = {}
-        listed: set[str] = set()
-        for obj in objs:
-            key = object_key(obj)
-            listed.add(key)
-            rv = obj["metadata"].get("resourceVersion") or ""
+        plan: dict[str, Prepared] = {}
+        for p in prepared:
+            key, rv = p.key, p.entry.rv
             planned = plan.get(key)
             if planned is not None:  # a key listed twice: the newer copy wins
-                if not is_newer(rv, planned[1].rv):
-                    continue
-            else:
-                cur = items.get(key)
-                if cur is not None and not is_newer(rv, cur.rv):
-                    continue
-            plan[key] = (obj, self._make_entry(obj, rv))
-
-        deltas = [self._put(k, entry, obj, items.get(k)) for k, (obj, entry) in plan.items()]
+                if is_newer(rv, planned.entry.rv):
+                    plan[key] = p
+                continue
+            plan[key] = p
+        deltas: builtins.list[StoreDelta] = []
+        for key, p in plan.items():
+            cur = items.get(key)
+            if cur is None or is_newer(p.entry.rv, cur.rv):
+                deltas.append(self._put(key, p.entry, p.obj, cur))
         vanished = [
             (k, e)
             for k, e in items.items()
-            if k not in listed and compare_resource_versions(e.rv, resource_version) != 1
+            if k not in plan and compare_resource_versions(e.rv, resource_version) != 1
         ]
         for k, e in vanished:
             self._remove(k, e)
-            deltas.append(StoreDelta(DELETED, orjson.loads(e.raw), e.raw))
+            deltas.append(StoreDelta(DELETED, None, e.raw, raw=e.raw, key=k))
         if resource_version:
             self._observe(resource_version)
         return deltas
@@ -471,7 +548,9 @@ class Store:
                 ivals = self._no_ivals  # one shared instance: most objects file under nothing
         return _Entry(_encode(obj), rv, ivals)
 
-    def _put(self, key: str, entry: _Entry, obj: dict[str, Any], cur: _Entry | None) -> StoreDelta:
+    def _put(
+        self, key: str, entry: _Entry, obj: dict[str, Any] | None, cur: _Entry | None
+    ) -> StoreDelta:
         self._items[key] = entry
         if cur is None:
             namespace, slash, _ = key.partition("/")
@@ -480,7 +559,7 @@ class Store:
             for index, values in zip(self._indexes, entry.ivals, strict=True):
                 for v in values:
                     index.add(v, key)
-            return StoreDelta(ADDED, obj)
+            return StoreDelta(ADDED, obj, raw=entry.raw, key=key)
         if cur.ivals is not entry.ivals and cur.ivals != entry.ivals:
             for index, old, new in zip(self._indexes, cur.ivals, entry.ivals, strict=True):
                 if old != new:
@@ -489,7 +568,7 @@ class Store:
                             index.discard(v, key)
                     for v in new:
                         index.add(v, key)
-        return StoreDelta(MODIFIED, obj, cur.raw)
+        return StoreDelta(MODIFIED, obj, cur.raw, raw=entry.raw, key=key)
 
     def _remove(self, key: str, entry: _Entry) -> None:
         del self._items[key]

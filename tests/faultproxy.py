@@ -113,9 +113,10 @@ class FaultProxy:
         try:
             while True:
                 data = await reader.read(65536)
+                # Frozen: nothing moves, not even the end of a stream (a half-open connection).
+                await self._flowing.wait()
                 if not data:
                     break
-                await self._flowing.wait()
                 if downstream and link.budget is not None:
                     if len(data) >= link.budget:
                         writer.write(data[: link.budget])

@@ -27,6 +27,7 @@ import http.client
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -161,6 +162,9 @@ class ControlPlane:
     kubeconfig: Path = field(init=False)
     server: str = field(init=False, default="")
     etcd_url: str = field(init=False, default="")
+    admin_token: str = field(init=False, default="", repr=False)
+    """A bearer token of an admin (``system:masters``) on the local control plane, for tests of
+    token-based authentication (static token file; empty on an existing cluster)."""
     _ca: CertificateAuthority | None = field(init=False, default=None)
     _etcd: _Process | None = field(init=False, default=None)
     _apiserver: _Process | None = field(init=False, default=None)
@@ -240,6 +244,13 @@ class ControlPlane:
         sa_key.write_bytes(sa_private)
         sa_pub.write_bytes(sa_public)
 
+        self.admin_token = secrets.token_urlsafe(32)
+        tokens = pki / "tokens.csv"
+        tokens.touch(mode=0o600)
+        tokens.write_text(
+            f'{self.admin_token},envtest-token-admin,envtest-token-admin,"system:masters"\n'
+        )
+
         etcd_port, etcd_peer_port, api_port = _free_port(), _free_port(), _free_port()
         self.etcd_url = f"http://127.0.0.1:{etcd_port}"
         self.server = f"https://127.0.0.1:{api_port}"
@@ -271,6 +282,7 @@ class ControlPlane:
             "--service-account-key-file": str(sa_pub),
             "--service-account-signing-key-file": str(sa_key),
             "--authorization-mode": "RBAC",
+            "--token-auth-file": str(tokens),
             # No controller-manager creates default service accounts, so Pods would be
             # refused by this admission plugin; envtest disables it for the same reason.
             "--disable-admission-plugins": "ServiceAccount",

@@ -322,6 +322,51 @@ async def test_cut_mid_object_yields_no_corrupt_event_and_resumes(
             await informer.stop()
 
 
+async def test_half_open_connection_is_detected_by_the_idle_timer(
+    admin_config: ClusterConfig, proxy: FaultProxy, transport: Transport, namespace: str
+) -> None:
+    """A frozen proxy delivers nothing, not even the end of the stream: only the idle timer
+    can tell. The informer reconnects and catches up once bytes flow again."""
+    options = ReflectorOptions(watch_timeout_min=2, watch_timeout_max=3, idle_margin=1.0)
+    async with Transport(_via(admin_config, proxy)) as proxied:
+        informer = SharedInformer(
+            proxied,
+            await Discovery(transport).resolve("v1", "ConfigMap"),
+            namespace=namespace,
+            options=options,
+        )
+        informer.start()
+        try:
+            assert await informer.wait_for_sync(30)
+            before = sample(
+                "informer_watch_restarts_total", resource="configmaps", reason="idle timeout"
+            )
+            proxy.freeze()
+            base = f"/api/v1/namespaces/{namespace}/configmaps"
+            await transport.request("POST", base, body=configmap("during-freeze"))
+            await eventually(
+                lambda: (
+                    sample(
+                        "informer_watch_restarts_total",
+                        resource="configmaps",
+                        reason="idle timeout",
+                    )
+                    > before
+                ),
+                timeout=30,
+                what="the idle timer to fire",
+            )
+            assert f"{namespace}/during-freeze" not in informer.store
+            proxy.thaw()
+            await eventually(
+                lambda: f"{namespace}/during-freeze" in informer.store,
+                timeout=60,
+                what="catch-up after thaw",
+            )
+        finally:
+            await informer.stop()
+
+
 async def test_server_timeout_rewatches_without_relist(
     factory: InformerFactory, transport: Transport, namespace: str
 ) -> None:
