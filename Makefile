@@ -7,6 +7,7 @@ VENV ?= $(CACHE_DIR)/venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+ARGS ?=
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
@@ -32,8 +33,9 @@ $(STAMP): pyproject.toml
 binaries: venv
 	$(BIN)/python -m controller_runtime.envtest build
 
+# The operator against the configured cluster, or an embedded local control plane if none is.
 run: venv binaries
-	$(BIN)/python -m controller_runtime.envtest run
+	$(BIN)/python -m controllers.dev $(ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -88,7 +88,8 @@ async def sync_once(kubeconfig: Path, namespace: str, mode: str) -> dict[str, An
         seconds = time.monotonic() - started
         store = informer.store
         count = len(store)
-        json_bytes = sum(len(store.get_raw(k) or b"") for k in store.keys())
+        keys = store.keys()
+        json_bytes = sum(len(store.get_raw(k) or b"") for k in keys)
         grown = _rss() - baseline
         await informer.stop()
     return {
@@ -146,10 +147,12 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 results.append(result)
+                peak_mib = result["peak_rss_bytes"] / 2**20
                 print(
                     f"  {mode:9} {result['objects']:>7} objects  {result['seconds']:6.2f}s  "
-                    f"{result['per_second']:>8.0f}/s  peak RSS {result['peak_rss_bytes'] / 2**20:6.1f} MiB  "
-                    f"{result['rss_per_object']:6.0f} B/object (JSON {result['json_per_object']:.0f} B)",
+                    f"{result['per_second']:>8.0f}/s  peak RSS {peak_mib:6.1f} MiB  "
+                    f"{result['rss_per_object']:6.0f} B/object "
+                    f"(JSON {result['json_per_object']:.0f} B)",
                     flush=True,
                 )
     finally:

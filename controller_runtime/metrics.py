@@ -12,14 +12,26 @@ path) and keeps the child.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 __all__ = [
+    "ACTIVE_WORKERS",
+    "CONTROLLER_LABELS",
+    "MAX_CONCURRENT_RECONCILES",
+    "RECONCILE_ERRORS",
+    "RECONCILE_PANICS",
+    "RECONCILE_RESULTS",
+    "RECONCILE_TIME",
+    "RECONCILE_TIMEOUTS",
+    "RECONCILE_TIME_BUCKETS",
+    "RECONCILE_TOTAL",
     "REGISTRY",
+    "STALE_SKIPS",
+    "TERMINAL_RECONCILE_ERRORS",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_BUCKETS",
     "WORKQUEUE_GAUGES",
@@ -27,9 +39,11 @@ __all__ = [
     "WORKQUEUE_QUEUE_DURATION",
     "WORKQUEUE_RETRIES",
     "WORKQUEUE_WORK_DURATION",
+    "ControllerMetrics",
     "WorkqueueGaugeCollector",
     "WorkqueueGaugeSource",
     "WorkqueueGauges",
+    "controller_metrics",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -179,3 +193,122 @@ class WorkqueueGaugeCollector:
 
 WORKQUEUE_GAUGES = WorkqueueGaugeCollector()
 REGISTRY.register(WORKQUEUE_GAUGES)
+
+
+# --- Controller --------------------------------------------------------------------------------
+#
+# controller-runtime's pkg/internal/controller/metrics/metrics.go, plus the stale-skip counter of
+# the consistency guard (KEP-5647's ``*_stale_sync_skips_total``, one series per controller).
+# ``Controller`` binds its children once (:func:`controller_metrics`); ``active_workers`` is read
+# from the controller at collection time, so a successful reconcile pays for one counter
+# increment and one histogram observation, nothing more.
+
+CONTROLLER_LABELS = ("controller",)
+
+RECONCILE_RESULTS = ("success", "error", "requeue", "requeue_after")
+"""Values of ``controller_runtime_reconcile_total``'s ``result`` label. ``requeue`` exists for
+dashboard parity only: :class:`~controller_runtime.reconcile.Result` has no deprecated
+``Requeue`` flag, so it stays at 0."""
+
+RECONCILE_TIME_BUCKETS = (
+    *(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5),
+    *(0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0),
+    *(6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0),
+)
+"""controller-runtime's buckets for ``controller_runtime_reconcile_time_seconds`` (5 ms … 60 s)."""
+
+RECONCILE_TOTAL = Counter(
+    "controller_runtime_reconcile_total",
+    "Total number of reconciliations per controller",
+    ("controller", "result"),
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS = Counter(
+    "controller_runtime_reconcile_errors_total",
+    "Total number of reconciliation errors per controller",
+    CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+TERMINAL_RECONCILE_ERRORS = Counter(
+    "controller_runtime_terminal_reconcile_errors_total",
+    "Total number of terminal reconciliation errors per controller",
+    CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+RECONCILE_PANICS = Counter(
+    "controller_runtime_reconcile_panics_total",
+    "Total number of reconciliation panics per controller",
+    CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+RECONCILE_TIMEOUTS = Counter(
+    "controller_runtime_reconcile_timeouts_total",
+    "Total number of reconciliation timeouts per controller",
+    CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+RECONCILE_TIME = Histogram(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller",
+    CONTROLLER_LABELS,
+    buckets=RECONCILE_TIME_BUCKETS,
+    registry=REGISTRY,
+)
+MAX_CONCURRENT_RECONCILES = Gauge(
+    "controller_runtime_max_concurrent_reconciles",
+    "Maximum number of concurrent reconciles per controller",
+    CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+ACTIVE_WORKERS = Gauge(
+    "controller_runtime_active_workers",
+    "Number of currently used workers per controller",
+    CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+STALE_SKIPS = Counter(
+    "controller_runtime_stale_skips_total",
+    "Total number of reconciles deferred because the cache had not yet observed the "
+    "controller's own writes, per controller",
+    CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+
+
+class ControllerMetrics(NamedTuple):
+    """One controller's bound metric updaters (``inc``/``observe`` of its labelled children)."""
+
+    success: Callable[[], None]
+    error: Callable[[], None]
+    requeue_after: Callable[[], None]
+    errors: Callable[[], None]
+    terminal_errors: Callable[[], None]
+    panics: Callable[[], None]
+    timeouts: Callable[[], None]
+    stale_skips: Callable[[], None]
+    reconcile_time: Callable[[float], None]
+
+
+def controller_metrics(
+    controller: str, *, active_workers: Callable[[], float], max_concurrent_reconciles: int
+) -> ControllerMetrics:
+    """Create ``controller``'s series (all at 0, as controller-runtime does at start, so rates
+    and alerts work before the first event) and return their bound updaters.
+
+    ``active_workers`` is called at each collection (possibly from the metrics server's
+    thread): it must be cheap and thread-safe, e.g. read an int attribute.
+    """
+    total = {result: RECONCILE_TOTAL.labels(controller, result) for result in RECONCILE_RESULTS}
+    ACTIVE_WORKERS.labels(controller).set_function(active_workers)
+    MAX_CONCURRENT_RECONCILES.labels(controller).set(max_concurrent_reconciles)
+    return ControllerMetrics(
+        success=total["success"].inc,
+        error=total["error"].inc,
+        requeue_after=total["requeue_after"].inc,
+        errors=RECONCILE_ERRORS.labels(controller).inc,
+        terminal_errors=TERMINAL_RECONCILE_ERRORS.labels(controller).inc,
+        panics=RECONCILE_PANICS.labels(controller).inc,
+        timeouts=RECONCILE_TIMEOUTS.labels(controller).inc,
+        stale_skips=STALE_SKIPS.labels(controller).inc,
+        reconcile_time=RECONCILE_TIME.labels(controller).observe,
+    )

@@ -127,7 +127,8 @@ class Reflector:
             t: metrics.EVENTS.labels(label, t)
             for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
         }
-        self._objects = metrics.STORE_OBJECTS.labels(label)
+        # Read at scrape time: nothing to update per event.
+        metrics.STORE_OBJECTS.labels(label).set_function(store.__len__)
         self._label = label
         self._loop_time: Callable[[], float] = lambda: 0.0
 
@@ -157,10 +158,11 @@ class Reflector:
     ) -> ListRequest | WatchRequest | Sleep | None:
         """Carry out store/metric/log effects; return the I/O effect (always last), if any."""
         for effect in effects:
-            if isinstance(effect, (ListRequest, WatchRequest, Sleep)):
-                return effect
-            if isinstance(effect, ApplyEvent):
+            # The common case first: one event to apply, per line of a watch.
+            if type(effect) is ApplyEvent:
                 await self._apply(effect.event_type, effect.obj)
+            elif isinstance(effect, (ListRequest, WatchRequest, Sleep)):
+                return effect
             elif isinstance(effect, ReplaceStore):
                 await self._replace(effect.items, effect.resource_version)
             elif isinstance(effect, Bookmark):
@@ -199,14 +201,12 @@ class Reflector:
     async def _apply(self, event_type: str, prepared: Prepared) -> None:
         delta = self.store.apply_prepared(_event_type(event_type), prepared)
         if delta is not None:
-            self._objects.set(len(self.store))
             await self.sink((delta,), False)
 
     async def _replace(self, items: list[Prepared], resource_version: str) -> None:
         initial = not self.store.has_synced
         deltas = self.store.replace_prepared(items, resource_version)
         del items  # the machine's buffer: let it go before handlers run
-        self._objects.set(len(self.store))
         if deltas:
             await self.sink(deltas, initial)
 

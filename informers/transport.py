@@ -152,10 +152,11 @@ class Transport:
                     data=data,
                     headers=request_headers,
                     server_hostname=self.config.tls_server_name,
+                    # Always explicit: aiohttp reads timeout=None as "no timeout at all".
                     timeout=(
                         aiohttp.ClientTimeout(total=timeout, sock_connect=30)
                         if timeout is not None
-                        else None
+                        else self._request_timeout
                     ),
                 ) as answer:
                     payload = await answer.read()

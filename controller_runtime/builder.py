@@ -1,0 +1,239 @@
+"""The controller builder: say what a controller watches, then hand it a reconciler.
+
+::
+
+    controller = await (
+        ControllerBuilder(cache)
+        .for_("tasks.crpy.io/v1", "Task", predicates=[GenerationChanged()])
+        .owns("v1", "ConfigMap")
+        .watches("v1", "Secret", EnqueueRequestsFromMapFunc(secret_to_tasks))
+        .with_options(max_concurrent_reconciles=4)
+        .complete(reconcile)
+    )
+    await controller.start()
+
+Mapping to controller-runtime's ``builder.ControllerManagedBy(mgr)``: ``For`` → :meth:`for_`,
+``Owns`` → :meth:`owns` (``MatchEveryOwner`` → ``only_controller=False``), ``Watches`` →
+:meth:`watches`, ``WithEventFilter`` → :meth:`with_event_filter`, ``WithOptions`` →
+:meth:`with_options`, ``Named`` → :meth:`named`, ``Complete``/``Build`` → :meth:`complete`.
+
+The builder takes a :class:`~controller_runtime.cache.Cache` (and optionally a factory of
+consistency guards), or anything that offers those and wants the finished controller: a
+:class:`ControllerHost`, which is the seam for a manager (``ControllerBuilder(manager)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Protocol, Self, TypedDict, Unpack
+
+from controller_runtime.cache import Cache, KindInformers
+from controller_runtime.controller import Controller, ControllerOptions, _check_name
+from controller_runtime.handlers import (
+    EnqueueRequestForObject,
+    EnqueueRequestForOwner,
+    EventHandler,
+)
+from controller_runtime.predicates import PredicateLike
+from controller_runtime.ratelimiter import RateLimiter
+from controller_runtime.reconcile import ConsistencyGuard, ReconcileFunc, Reconciler, Request
+
+__all__ = ["ControllerBuilder", "ControllerHost", "GuardFactory", "OptionChanges"]
+
+GuardFactory = Callable[[str], ConsistencyGuard]
+"""Makes the consistency guard of the controller with the given name."""
+
+
+class ControllerHost(Protocol):
+    """What the builder needs from a manager: its cache, its guard factory (``None`` for no
+    read-your-writes guard), and a place to put the finished controller, which the host then
+    starts and stops with everything else it runs."""
+
+    @property
+    def cache(self) -> Cache: ...
+
+    @property
+    def guard_factory(self) -> GuardFactory | None: ...
+
+    def add(self, controller: Controller) -> None: ...
+
+
+class OptionChanges(TypedDict, total=False):
+    """Keyword arguments of :meth:`ControllerBuilder.with_options` (fields of
+    :class:`~controller_runtime.controller.ControllerOptions`)."""
+
+    max_concurrent_reconciles: int
+    reconcile_timeout: float | None
+    rate_limiter: RateLimiter[Request] | None
+    cache_sync_timeout: float
+    skip_name_validation: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Watch:
+    api_version: str
+    kind: str
+    handler: EventHandler | None  # None: owned by the for_ kind (needs its scope first)
+    predicates: tuple[PredicateLike, ...]
+    only_controller: bool = True
+
+
+class ControllerBuilder:
+    """Fluent configuration of one controller; :meth:`complete` builds it.
+
+    Args:
+        source: a :class:`~controller_runtime.cache.Cache`, or a :class:`ControllerHost`
+            (a manager) providing the cache and the guard factory and receiving the
+            controller.
+        guard_factory: makes the controller's
+            :class:`~controller_runtime.reconcile.ConsistencyGuard` from its name; overrides
+            the host's. Default: the host's, or none with a bare cache.
+
+    Every method but :meth:`complete` returns the builder. A builder builds one controller.
+    """
+
+    def __init__(
+        self, source: Cache | ControllerHost, *, guard_factory: GuardFactory | None = None
+    ) -> None:
+        if isinstance(source, Cache):
+            self._cache = source
+            self._host: ControllerHost | None = None
+        else:
+            self._cache = source.cache
+            self._host = source
+            guard_factory = guard_factory or source.guard_factory
+        self._guard_factory = guard_factory
+        self._name: str | None = None
+        self._for: _Watch | None = None
+        self._watches: list[_Watch] = []
+        self._filters: list[PredicateLike] = []
+        self._options = ControllerOptions()
+        self._built = False
+
+    def named(self, name: str) -> Self:
+        """Name the controller (default: the ``for_`` kind, lowercased). Names label metrics
+        and logs and must be unique in the process."""
+        if not name:
+            raise ValueError("a controller name must not be empty")
+        self._name = name
+        return self
+
+    def for_(
+        self, api_version: str, kind: str, *, predicates: Sequence[PredicateLike] = ()
+    ) -> Self:
+        """Reconcile objects of this kind: each change enqueues the object's own key
+        (:class:`~controller_runtime.handlers.EnqueueRequestForObject`), if ``predicates``
+        pass. At most once per controller."""
+        if self._for is not None:
+            raise ValueError(
+                f"for_() was already called ({self._for.kind}); a controller reconciles one "
+                "kind: use watches() for others"
+            )
+        self._for = _Watch(api_version, kind, EnqueueRequestForObject(), tuple(predicates))
+        return self
+
+    def owns(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        predicates: Sequence[PredicateLike] = (),
+        only_controller: bool = True,
+    ) -> Self:
+        """Also watch objects of this kind that the ``for_`` kind owns: a change enqueues the
+        owner named in the object's controller ``ownerReference``
+        (:class:`~controller_runtime.handlers.EnqueueRequestForOwner`).
+        ``only_controller=False`` enqueues every owner of the ``for_`` kind (controller-
+        runtime's ``MatchEveryOwner``). Needs :meth:`for_`."""
+        self._watches.append(_Watch(api_version, kind, None, tuple(predicates), only_controller))
+        return self
+
+    def watches(
+        self,
+        api_version: str,
+        kind: str,
+        handler: EventHandler,
+        *,
+        predicates: Sequence[PredicateLike] = (),
+    ) -> Self:
+        """Also watch objects of this kind, mapping their changes to requests with
+        ``handler`` (typically :class:`~controller_runtime.handlers.EnqueueRequestsFromMapFunc`).
+        """
+        if not isinstance(handler, EventHandler):
+            raise TypeError(
+                f"watches() takes an EventHandler, got {handler!r}; wrap a map function in "
+                "EnqueueRequestsFromMapFunc(fn)"
+            )
+        self._watches.append(_Watch(api_version, kind, handler, tuple(predicates)))
+        return self
+
+    def with_event_filter(self, *predicates: PredicateLike) -> Self:
+        """Predicates applied to every watched kind, before each watch's own."""
+        self._filters.extend(predicates)
+        return self
+
+    def with_options(
+        self, options: ControllerOptions | None = None, /, **changes: Unpack[OptionChanges]
+    ) -> Self:
+        """Set the controller's options: a whole
+        :class:`~controller_runtime.controller.ControllerOptions`, and/or single fields,
+        e.g. ``with_options(max_concurrent_reconciles=4)``."""
+        self._options = dataclasses.replace(options or self._options, **changes)
+        return self
+
+    async def complete(self, reconciler: ReconcileFunc | Reconciler) -> Controller:
+        """Build the controller: watch every kind in the cache (starting its informers if
+        new), register the handlers on them, and return the controller, not started (a host
+        gets it through ``host.add``). Events are queued from now on; nothing is reconciled
+        before :meth:`Controller.start`.
+
+        Raises ``ValueError`` for an incomplete or inconsistent configuration or a name in
+        use, and what :meth:`Cache.watch` raises for a kind the server does not serve.
+        """
+        if self._built:
+            raise RuntimeError("this builder already built its controller; use a new one")
+        main = self._for
+        if main is None and self._name is None:
+            raise ValueError("a controller needs for_(...) or named(...)")
+        if main is None and any(w.handler is None for w in self._watches):
+            raise ValueError("owns() needs for_(): owned objects are mapped to the for_ kind")
+        name = self._name or (main.kind.lower() if main is not None else "")
+        if not self._options.skip_name_validation:
+            _check_name(name)
+
+        # Resolve every kind before anything is registered: an unknown kind fails the build
+        # without leaving a half-wired controller behind.
+        cache = self._cache
+        main_entry = await cache.watch(main.api_version, main.kind) if main is not None else None
+        entries = [await cache.watch(w.api_version, w.kind) for w in self._watches]
+
+        guard = self._guard_factory(name) if self._guard_factory is not None else None
+        controller = Controller(name, reconciler, options=self._options, guard=guard)
+        if main is not None and main_entry is not None:
+            assert main.handler is not None
+            self._register(controller, main_entry, main.handler, main.predicates)
+        for watch, entry in zip(self._watches, entries, strict=True):
+            handler = watch.handler
+            if handler is None:
+                assert main is not None and main_entry is not None
+                handler = EnqueueRequestForOwner(
+                    main.api_version,
+                    main.kind,
+                    only_controller=watch.only_controller,
+                    owner_namespaced=main_entry.resource.namespaced,
+                )
+            self._register(controller, entry, handler, watch.predicates)
+        self._built = True
+        if self._host is not None:
+            self._host.add(controller)
+        return controller
+
+    def _register(
+        self,
+        controller: Controller,
+        entry: KindInformers,
+        handler: EventHandler,
+        predicates: tuple[PredicateLike, ...],
+    ) -> None:
+        controller.watch(entry, handler, [*self._filters, *predicates])

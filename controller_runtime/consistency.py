@@ -1,0 +1,445 @@
+"""Read-your-own-writes: a reconcile of a key never runs on a cache that has not yet seen the
+writes made by earlier reconciles of that key.
+
+This is the pattern of KEP-5647 ("stale controller mitigation", kube-controller-manager 1.36):
+every write records the resourceVersion the server returned; before the next reconcile of the
+same key, the runtime checks that the informer caches have observed that version and, if not,
+requeues the key after a short delay instead of running the reconcile on stale data. Deletes
+are tracked by UID. ``docs/consistency.md`` states the guarantee and its limits precisely.
+
+Two pieces live here:
+
+- :class:`ReadYourWritesGuard`, one per controller, implementing
+  :class:`~controller_runtime.reconcile.ConsistencyGuard`. The client records writes made while
+  a reconcile runs; the controller calls :meth:`ReadYourWritesGuard.check` before each
+  reconcile.
+- :class:`OwnWritesOverlay`, an optional overlay for the client's cached ``get``: it returns the
+  newer of the cached object and the client's own last write of it (client-go's
+  ``MutationCache`` / JOSDK's temporary resource cache, in spirit).
+
+Everything here runs on one event loop and is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+from cachetools import LRUCache
+
+from controller_runtime.cache import KindInformers
+from controller_runtime.reconcile import Request
+from informers.discovery import ResourceInfo
+from informers.labels import LabelSelector
+from informers.resource_version import compare_resource_versions
+from informers.shared import SharedInformer
+from informers.store import Store
+
+__all__ = [
+    "DEFAULT_MAX_WAIT",
+    "DEFAULT_REQUEUE_DELAY",
+    "InformerSource",
+    "OwnWritesOverlay",
+    "ReadYourWritesGuard",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REQUEUE_DELAY = 0.05
+"""Seconds before a held-back request is tried again. A healthy watch delivers an event within
+milliseconds of the write on a local network (10-500 ms was reported under load,
+mig-controller#1035); 50 ms adds little latency, and a skip costs one delayed queue add plus a
+few dictionary lookups, so checking 20 times a second per stale key is cheap."""
+
+DEFAULT_MAX_WAIT = 30.0
+"""Seconds after which an unobserved write no longer holds reconciles back (fail open, with a
+warning). Far above any healthy catch-up, and long enough to ride out a watch reconnect with
+backoff; past it the cache itself is broken (its own metrics say so), and holding the key
+forever would be worse than a possibly stale read, which optimistic concurrency still guards.
+kube-controller-manager's expectations expire after 5 min; kopf and controller-runtime's
+read-your-own-write design wait 5 s."""
+
+ObjectKey = tuple[str, str, str]
+"""``(group_resource, namespace, name)``; ``namespace`` is ``""`` for cluster-scoped objects."""
+
+
+class InformerSource(Protocol):
+    """What the guard needs from the cache: the informers per watched kind
+    (:class:`~controller_runtime.cache.Cache` provides it)."""
+
+    def kinds(self) -> list[KindInformers]: ...
+
+
+@dataclass(slots=True)
+class _Record:
+    """The newest write (``rv``) or the delete (``uid``) of one object, made under one key."""
+
+    rv: str | None
+    uid: str | None
+    deleted: bool
+    at: float
+    # Stores whose informer's selectors exclude the written object: skipped unless they still
+    # hold the key (then the object is leaving the selector, and they wait for its removal).
+    excluded: frozenset[int] = field(default_factory=frozenset)
+
+
+def _store_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _covering_informers(
+    source: InformerSource, group_resource: str, namespace: str
+) -> list[SharedInformer]:
+    """The informers whose stores would hold an object of ``group_resource`` in ``namespace``
+    (the same rule as :meth:`~controller_runtime.cache.Cache.stores_for`)."""
+    out: list[SharedInformer] = []
+    for entry in source.kinds():
+        if entry.resource.group_resource != group_resource:
+            continue
+        informer = entry.informer_for(namespace or None if entry.resource.namespaced else None)
+        if informer is not None:
+            out.append(informer)
+    return out
+
+
+def _field_value(obj: Mapping[str, Any], path: str) -> str | None:
+    node: Any = obj
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    if isinstance(node, str | int | float):
+        return str(node)
+    return None
+
+
+def _field_selector_excludes(selector: str, obj: Mapping[str, Any]) -> bool:
+    """True only when ``obj`` certainly does not match the field ``selector``.
+
+    Handles ``f=v``, ``f==v`` and ``f!=v`` terms on fields present in ``obj`` with a scalar
+    value; anything else (escapes, absent fields, whose server-side default we cannot know) is
+    "maybe matches", so the guard waits rather than skip a store that may receive the object.
+    """
+    if "\\" in selector:
+        return False
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            path, _, want = term.partition("!=")
+            negate = True
+        else:
+            path, _, want = term.replace("==", "=", 1).partition("=")
+            negate = False
+        have = _field_value(obj, path.strip())
+        if have is None:
+            continue
+        if (have == want.strip()) == negate:
+            return True
+    return False
+
+
+def _excludes(informer: SharedInformer, obj: Mapping[str, Any]) -> bool:
+    if informer.label_selector and not LabelSelector.parse(informer.label_selector).matches_object(
+        obj
+    ):
+        return True
+    return bool(informer.field_selector) and _field_selector_excludes(
+        informer.field_selector or "", obj
+    )
+
+
+class ReadYourWritesGuard:
+    """Holds a controller's reconciles of a key back until its cache has observed the writes
+    made by earlier reconciles of that key.
+
+    **Recording.** For every write made while a reconcile of ``request`` runs, the client calls
+    :meth:`record_write` with the object the server returned; the guard keeps, per request and
+    per written object ``(group_resource, namespace, name)``, the newest resourceVersion. A
+    delete is recorded by :meth:`record_delete` with the object's UID (a later write of the same
+    name replaces it, and vice versa).
+
+    **Checking.** :meth:`check` treats a written object as observed when every store that would
+    hold it (the cache's informers for its group/resource and namespace) either holds it at that
+    resourceVersion or newer, or has observed a newer resourceVersion overall
+    (``last_observed_resource_version``: the object changed again or left the watch since). A
+    store whose informer's selector excludes the written object is skipped unless it still holds
+    the key (then it waits for the removal). A deleted object is observed when no covering store
+    holds that name with that UID. No covering store: nothing to wait for. Observed records are
+    cleared; when none remains, ``check`` returns ``None`` (run now); otherwise it returns
+    ``requeue_delay`` and the controller requeues the request without blocking a worker.
+
+    **Failing open.** Resource versions that cannot be compared (not ``[1-9][0-9]*``, e.g. from
+    an aggregated API server) count as observed, logged once per guard. A record older than
+    ``max_wait`` seconds counts as observed, with a warning. Records are pruned after
+    ``max_wait`` even if their key is never reconciled again, so memory stays bounded.
+
+    ``enabled=False`` makes the guard record nothing and never hold anything back.
+    ``clock`` (default :func:`time.monotonic`) is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        controller: str,
+        cache: InformerSource,
+        *,
+        enabled: bool = True,
+        requeue_delay: float = DEFAULT_REQUEUE_DELAY,
+        max_wait: float = DEFAULT_MAX_WAIT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if requeue_delay <= 0 or max_wait <= 0:
+            raise ValueError("requeue_delay and max_wait must be positive")
+        self.controller = controller
+        self.enabled = enabled
+        self.requeue_delay = requeue_delay
+        self.max_wait = max_wait
+        self._cache = cache
+        self._clock = clock
+        self._records: dict[Request, dict[ObjectKey, _Record]] = {}
+        self._warned_opaque = False
+        self._last_prune = clock()
+
+    # ------------------------------------------------------------------------------ recording
+
+    def record_write(
+        self, request: Request, resource: ResourceInfo, obj: Mapping[str, Any]
+    ) -> None:
+        """The server accepted a write and answered ``obj`` (with its new resourceVersion)."""
+        if not self.enabled:
+            return
+        meta = obj.get("metadata") or {}
+        name, rv = meta.get("name"), meta.get("resourceVersion")
+        if not name:
+            return
+        namespace = (meta.get("namespace") or "") if resource.namespaced else ""
+        key = (resource.group_resource, namespace, name)
+        informers = _covering_informers(self._cache, key[0], namespace)
+        if not informers:
+            return  # not cached: nothing will ever be read stale from the cache
+        records = self._records.setdefault(request, {})
+        old = records.get(key)
+        if (
+            old is not None
+            and not old.deleted
+            and old.rv
+            and rv
+            and compare_resource_versions(old.rv, str(rv)) == 1
+        ):
+            return  # an answer that arrived late; the newer write is already recorded
+        excluded = frozenset(id(i.store) for i in informers if _excludes(i, obj))
+        records[key] = _Record(str(rv or ""), None, False, self._clock(), excluded)
+        self._maybe_prune()
+
+    def record_delete(
+        self, request: Request, resource: ResourceInfo, obj: Mapping[str, Any]
+    ) -> None:
+        """The server accepted a delete of ``obj`` (its namespace, name and UID are used).
+
+        Without a UID, the object counts as observed once no covering store holds the name.
+        """
+        if not self.enabled:
+            return
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return
+        namespace = (meta.get("namespace") or "") if resource.namespaced else ""
+        key = (resource.group_resource, namespace, name)
+        if not _covering_informers(self._cache, key[0], namespace):
+            return
+        uid = meta.get("uid")
+        self._records.setdefault(request, {})[key] = _Record(
+            None, str(uid) if uid else None, True, self._clock()
+        )
+        self._maybe_prune()
+
+    def forget(self, request: Request) -> None:
+        """Drop every record of ``request`` (its primary object is gone)."""
+        self._records.pop(request, None)
+
+    def pending(self, request: Request | None = None) -> int:
+        """How many writes are recorded and not yet seen observed (for ``request``, or all)."""
+        if request is not None:
+            return len(self._records.get(request, ()))
+        return sum(len(r) for r in self._records.values())
+
+    # ------------------------------------------------------------------------------- checking
+
+    def check(self, request: Request) -> float | None:
+        """``None`` when the cache has observed every write recorded for ``request``; else the
+        delay (``requeue_delay``) after which to try again. Clears observed records."""
+        records = self._records.get(request)
+        if not records:
+            return None
+        now = self._clock()
+        for key, record in list(records.items()):
+            if self._observed(key, record):
+                del records[key]
+            elif now - record.at > self.max_wait:
+                log.warning(
+                    "controller %s: the cache has not observed the %s of %s %s after %.0fs; "
+                    "reconciling %s anyway (read-your-writes guard gives up, fail open)",
+                    self.controller,
+                    "delete" if record.deleted else f"write at resourceVersion {record.rv}",
+                    key[0],
+                    _store_key(key[1], key[2]),
+                    now - record.at,
+                    request,
+                )
+                del records[key]
+        if records:
+            return self.requeue_delay
+        del self._records[request]
+        return None
+
+    def _observed(self, key: ObjectKey, record: _Record) -> bool:
+        group_resource, namespace, name = key
+        store_key = _store_key(namespace, name)
+        for informer in _covering_informers(self._cache, group_resource, namespace):
+            store = informer.store
+            if record.deleted:
+                if store_key in store and (
+                    record.uid is None or store.uid_of(store_key) == record.uid
+                ):
+                    return False
+            elif not self._store_observed(store, store_key, record):
+                return False
+        return True
+
+    def _store_observed(self, store: Store, store_key: str, record: _Record) -> bool:
+        assert record.rv is not None
+        cached = store.resource_version_of(store_key)
+        if cached is None and id(store) in record.excluded:
+            return True  # the watch filters the object out and never held it
+        if cached is not None:
+            c = compare_resource_versions(cached, record.rv)
+            if c is None:
+                return self._fail_open(cached, record.rv)
+            if c >= 0:
+                return True
+        # The last observed version only bounds staleness once the initial list is complete.
+        last = store.last_observed_resource_version
+        if last is None or not store.has_synced:
+            return False
+        c = compare_resource_versions(last, record.rv)
+        if c is None:
+            return self._fail_open(last, record.rv)
+        return c >= 0
+
+    def _fail_open(self, a: str, b: str) -> bool:
+        if not self._warned_opaque:
+            self._warned_opaque = True
+            log.warning(
+                "controller %s: resourceVersions %r and %r are not comparable; the "
+                "read-your-writes guard does not hold reconciles back for such objects",
+                self.controller,
+                a,
+                b,
+            )
+        return True
+
+    def _maybe_prune(self) -> None:
+        # Keys that are never reconciled again would keep their records forever; records past
+        # max_wait would fail open anyway, so dropping them changes nothing else.
+        now = self._clock()
+        if now - self._last_prune < self.max_wait:
+            return
+        self._last_prune = now
+        for request, records in list(self._records.items()):
+            for key, record in list(records.items()):
+                if now - record.at > self.max_wait:
+                    del records[key]
+            if not records:
+                del self._records[request]
+
+
+# ---------------------------------------------------------------------------------- overlay
+
+OverlayKey = tuple[str, str, str, str]
+"""``(api_version, kind, namespace, name)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnWrite:
+    rv: str | None
+    raw: bytes | None  # the written object (JSON); None for a delete
+    uid: str | None
+
+
+class OwnWritesOverlay:
+    """The client's own last write per object, for cached reads that must not go backwards.
+
+    After a write, :meth:`resolve` returns whichever is newer: the cached object or the written
+    one (by resourceVersion); after a delete, "not found" while the cache still holds the
+    deleted UID. An entry is dropped as soon as the cache has caught up with it, when the
+    versions are not comparable (fail open to the cache), and by LRU eviction beyond
+    ``maxsize`` entries (default 1024). Objects are kept as JSON bytes without
+    ``managedFields``, so each read returns a fresh dict.
+
+    Not overlaid: lists (they come from the cache as is), and writes made by anyone else.
+    """
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self._writes: LRUCache[OverlayKey, _OwnWrite] = LRUCache(maxsize=maxsize)
+
+    def __len__(self) -> int:
+        return len(self._writes)
+
+    def remember_write(self, api_version: str, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = (api_version, kind, meta.get("namespace") or "", meta.get("name") or "")
+        rv = meta.get("resourceVersion")
+        old = self._writes.get(key)
+        if old is not None and old.rv and rv and compare_resource_versions(old.rv, rv) == 1:
+            return
+        stripped = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+        self._writes[key] = _OwnWrite(rv, orjson.dumps(stripped), meta.get("uid"))
+
+    def remember_delete(
+        self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None
+    ) -> None:
+        self._writes[(api_version, kind, namespace or "", name)] = _OwnWrite(None, None, uid)
+
+    def resolve(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        *,
+        cached: dict[str, Any] | None,
+        stores: list[Store],
+    ) -> dict[str, Any] | None:
+        """The object a cached read should return (``None``: not found), given the ``cached``
+        copy (``None`` if absent) and the ``stores`` that would hold it."""
+        key = (api_version, kind, namespace or "", name)
+        own = self._writes.get(key)
+        if own is None:
+            return cached
+        if own.raw is None:  # our delete
+            cached_uid = (cached or {}).get("metadata", {}).get("uid")
+            if cached is not None and (own.uid is None or cached_uid == own.uid):
+                return None
+            del self._writes[key]
+            return cached
+        own_rv = own.rv or ""
+        if cached is not None:
+            cached_rv = (cached.get("metadata") or {}).get("resourceVersion") or ""
+            c = compare_resource_versions(cached_rv, own_rv)
+            if c is None or c >= 0:
+                del self._writes[key]
+                return cached
+            return orjson.loads(own.raw)  # type: ignore[no-any-return]
+        # Absent from the cache: not seen yet, or seen and gone since.
+        for store in stores:
+            last = store.last_observed_resource_version
+            c = compare_resource_versions(last, own_rv) if last is not None else -1
+            if c is None or c >= 0:
+                del self._writes[key]
+                return None
+        return orjson.loads(own.raw)  # type: ignore[no-any-return]

@@ -1,0 +1,54 @@
+"""The errors a controller meets, in one place.
+
+API errors are raised by the transport for every non-2xx answer (:mod:`informers.errors`);
+the common reasons have their own types so that callers can ``except NotFoundError``. They are
+re-exported here, with the cache's :class:`NotCachedError` and discovery's
+:class:`UnknownKindError`.
+
+- :class:`NotFoundError` (404), :class:`AlreadyExistsError` (409 AlreadyExists, a subclass of
+  :class:`ConflictError`), :class:`ConflictError` (409: stale resourceVersion, failed
+  precondition, server-side apply conflict; see ``causes``), :class:`InvalidError` (422; the
+  field causes in ``causes``), :class:`ForbiddenError` (403), :class:`TooManyRequestsError`
+  (429, ``retry_after`` in seconds), :class:`ServerTimeoutError` (504, a Status with reason
+  Timeout, or the client's own request timeout with status 0: the outcome of a write is
+  unknown), :class:`GoneError` (410), and the base :class:`ApiError` (status 0 for a transport
+  failure such as a dropped connection).
+"""
+
+from controller_runtime.cache import NotCachedError
+from informers.discovery import UnknownKindError
+from informers.errors import (
+    AlreadyExistsError,
+    ApiError,
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    GoneError,
+    InternalServerError,
+    InvalidError,
+    MethodNotAllowedError,
+    NotFoundError,
+    ServerTimeoutError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+
+__all__ = [
+    "AlreadyExistsError",
+    "ApiError",
+    "BadRequestError",
+    "ConflictError",
+    "ForbiddenError",
+    "GoneError",
+    "InternalServerError",
+    "InvalidError",
+    "MethodNotAllowedError",
+    "NotCachedError",
+    "NotFoundError",
+    "ServerTimeoutError",
+    "ServiceUnavailableError",
+    "TooManyRequestsError",
+    "UnauthorizedError",
+    "UnknownKindError",
+]

@@ -1,0 +1,86 @@
+"""Helpers for reconcilers: create-or-update, owner references, finalizers, conditions and
+events (controller-runtime's ``controllerutil``, ``meta`` conditions and event recorder).
+
+See ``docs/helpers.md`` for an example of each.
+"""
+
+from controller_runtime.util.conditions import (
+    ConditionStatus,
+    format_time,
+    get_condition,
+    is_true,
+    remove_condition,
+    set_condition,
+    status_conditions,
+)
+from controller_runtime.util.events import EventRecorder, EventRecorderOptions
+from controller_runtime.util.finalizers import (
+    FinalizeAction,
+    FinalizeOutcome,
+    add_finalizer,
+    add_finalizer_patch,
+    contains_finalizer,
+    ensure_finalizer,
+    handle_finalization,
+    is_being_deleted,
+    release_finalizer,
+    remove_finalizer,
+    remove_finalizer_patch,
+)
+from controller_runtime.util.mutate import (
+    OperationResult,
+    create_or_patch,
+    create_or_update,
+    merge_patch,
+)
+from controller_runtime.util.ownership import (
+    AlreadyOwnedError,
+    ClusterScopedDependentError,
+    CrossNamespaceOwnerError,
+    OwnerReferenceError,
+    get_controller_of,
+    has_controller_reference,
+    is_controlled_by,
+    remove_owner_reference,
+    set_controller_reference,
+    set_owner_reference,
+    validate_owner,
+)
+
+__all__ = [
+    "AlreadyOwnedError",
+    "ClusterScopedDependentError",
+    "ConditionStatus",
+    "CrossNamespaceOwnerError",
+    "EventRecorder",
+    "EventRecorderOptions",
+    "FinalizeAction",
+    "FinalizeOutcome",
+    "OperationResult",
+    "OwnerReferenceError",
+    "add_finalizer",
+    "add_finalizer_patch",
+    "contains_finalizer",
+    "create_or_patch",
+    "create_or_update",
+    "ensure_finalizer",
+    "format_time",
+    "get_condition",
+    "get_controller_of",
+    "handle_finalization",
+    "has_controller_reference",
+    "is_being_deleted",
+    "is_controlled_by",
+    "is_true",
+    "merge_patch",
+    "release_finalizer",
+    "remove_condition",
+    "remove_finalizer",
+    "remove_finalizer_patch",
+    "remove_owner_reference",
+    "set_condition",
+    "set_controller_reference",
+    "set_owner_reference",
+    "status_conditions",
+    "validate_owner",
+]

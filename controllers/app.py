@@ -1,0 +1,127 @@
+"""Wiring the operator: settings → manager → controllers → run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from controller_runtime.cache import CacheSyncTimeoutError
+from controller_runtime.controller import ControllerOptions
+from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElectionLostError
+from controller_runtime.manager import Manager, ManagerOptions, run_until_signalled
+from controllers.task import setup_task_controller
+from informers.config import SERVICE_ACCOUNT_DIR, ClusterConfig, ConfigError, load_config
+from informers.discovery import UnknownKindError
+
+log = logging.getLogger("controllers")
+
+Setup = Callable[[Manager, ControllerOptions], Awaitable[object]]
+
+
+async def _task(manager: Manager, options: ControllerOptions) -> object:
+    # The builder hands the controller to the manager (manager.add) itself.
+    return await setup_task_controller(manager, manager.client, options=options)
+
+
+CONTROLLERS: dict[str, Setup] = {"task": _task}
+"""Every controller the operator can run, by name."""
+
+KNOWN_CONTROLLERS: tuple[str, ...] = tuple(CONTROLLERS)
+ENABLED_BY_DEFAULT: tuple[str, ...] = KNOWN_CONTROLLERS
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the command line decides (see ``python -m controllers --help``)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespaces: tuple[str, ...] = ()
+    leader_elect: bool = False
+    leader_election_namespace: str | None = None
+    leader_election_id: str = "controller-runtime-py-operator"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    metrics_bind_address: str | None = "127.0.0.1:8080"
+    health_probe_bind_address: str | None = "127.0.0.1:8081"
+    controllers: tuple[str, ...] = ENABLED_BY_DEFAULT
+    max_concurrent_reconciles: int = 2
+    concurrency: dict[str, int] = field(default_factory=dict)
+    graceful_shutdown_timeout: float = 30.0
+    read_your_writes: bool = True
+    log_level: str = "info"
+    log_format: str = "text"
+
+
+def _lease_namespace(settings: OperatorSettings, config: ClusterConfig) -> str:
+    if settings.leader_election_namespace:
+        return settings.leader_election_namespace
+    namespace_file = SERVICE_ACCOUNT_DIR / "namespace"
+    if config.source == "in-cluster" and namespace_file.is_file():
+        return namespace_file.read_text().strip()
+    return "default"
+
+
+def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
+    election = None
+    if settings.leader_elect:
+        election = LeaderElectionConfig(
+            namespace=_lease_namespace(settings, config),
+            name=settings.leader_election_id,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_period=settings.retry_period,
+        )
+    return Manager(
+        config,
+        ManagerOptions(
+            namespaces=settings.namespaces or None,
+            leader_election=election,
+            metrics_bind_address=settings.metrics_bind_address,
+            health_probe_bind_address=settings.health_probe_bind_address,
+            graceful_shutdown_timeout=settings.graceful_shutdown_timeout,
+            read_your_writes=settings.read_your_writes,
+        ),
+    )
+
+
+async def setup_controllers(manager: Manager, settings: OperatorSettings) -> None:
+    for name in settings.controllers:
+        workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
+        await CONTROLLERS[name](manager, ControllerOptions(max_concurrent_reconciles=workers))
+
+
+async def run_operator(settings: OperatorSettings) -> int:
+    """Run until SIGTERM/SIGINT. Returns the process exit status."""
+    try:
+        config = await load_config(settings.kubeconfig, settings.context)
+    except ConfigError as err:
+        log.error("%s", err)
+        return 1
+    manager = build_manager(settings, config)
+    try:
+        await setup_controllers(manager, settings)
+    except UnknownKindError as err:
+        log.error("%s (install the CRDs: kubectl apply -k manifests/)", err)
+        await manager.transport.close()
+        return 1
+    log.info(
+        "operator starting against %s (%s): controllers %s, namespaces %s, leader election %s",
+        config.server,
+        config.source,
+        ", ".join(settings.controllers),
+        ", ".join(settings.namespaces) or "all",
+        "on" if settings.leader_elect else "off",
+    )
+    try:
+        await run_until_signalled(manager)
+    except LeaderElectionLostError as err:
+        log.error("%s; exiting so that the process restarts as a follower", err)
+        return 1
+    except CacheSyncTimeoutError as err:
+        log.error("%s", err)
+        return 1
+    log.info("operator stopped")
+    return 0

@@ -1,0 +1,78 @@
+"""``make run``: the operator against the configured cluster, or, when none is configured, on an
+embedded local control plane with a few example objects to watch it work.
+
+A cluster counts as configured when ``$KUBECONFIG`` names a file, ``~/.kube/config`` exists,
+or the process runs in a Pod. Extra arguments are passed to the operator
+(``python -m controllers --help``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from controller_runtime.envtest import ControlPlane
+from controller_runtime.envtest.__main__ import print_access
+from controller_runtime.manager import install_uvloop
+from controllers.__main__ import main as operator_main
+from controllers.__main__ import settings_from
+from controllers.app import run_operator
+from controllers.logsetup import configure_logging
+from informers.config import in_cluster_available, load_kubeconfig
+from informers.transport import Transport
+
+DEMO_NAMESPACE = "demo"
+
+
+def cluster_configured() -> bool:
+    env = os.environ.get("KUBECONFIG", "")
+    if env and Path(env.split(os.pathsep)[0]).is_file():
+        return True
+    return (Path.home() / ".kube" / "config").is_file() or in_cluster_available()
+
+
+async def create_examples(plane: ControlPlane) -> None:
+    """A namespace and two Tasks: one due in two minutes (it turns Overdue while you watch),
+    one already done."""
+    due = (datetime.now(UTC) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    async with Transport(await load_kubeconfig(plane.kubeconfig)) as transport:
+        await transport.request(
+            "POST", "/api/v1/namespaces", body={"metadata": {"name": DEMO_NAMESPACE}}
+        )
+        base = f"/apis/tasks.crpy.io/v1/namespaces/{DEMO_NAMESPACE}/tasks"
+        for name, spec in (
+            ("write-report", {"priority": 4, "details": "the quarterly report", "deadline": due}),
+            ("book-room", {"priority": 2, "taskState": "Done"}),
+        ):
+            body = {
+                "apiVersion": "tasks.crpy.io/v1",
+                "kind": "Task",
+                "metadata": {"name": name, "labels": {"app": "demo"}},
+                "spec": spec,
+            }
+            await transport.request("POST", base, body=body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if cluster_configured():
+        print("a cluster is configured: running the operator against it", flush=True)
+        return operator_main(args)
+    with ControlPlane() as plane:
+        asyncio.run(create_examples(plane))
+        print_access(plane)
+        kubectl = f"kubectl --kubeconfig {plane.kubeconfig}"
+        print(f"watch:       {kubectl} get tasks -n {DEMO_NAMESPACE} -w")
+        print(f"             {kubectl} describe task write-report -n {DEMO_NAMESPACE}")
+        print("Ctrl-C stops the operator and the control plane.", flush=True)
+        settings = settings_from(["--kubeconfig", str(plane.kubeconfig), *args])
+        configure_logging(settings.log_level, settings.log_format)
+        install_uvloop()
+        return asyncio.run(run_operator(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The Task controller: derives ``status.state`` from the spec and the clock.
+
+Rules (:func:`derive_status`):
+
+* ``spec.taskState`` Done or Cancelled → that state (a closed task is never Overdue);
+* an open task (Pending, InProgress) whose ``spec.deadline`` has passed → ``Overdue``;
+* otherwise → ``spec.taskState``.
+
+The ``Overdue`` condition says the same with a reason, and ``observedGeneration`` records
+which spec the status describes. The status is written only when it changes (a merge patch
+of the status subresource, conditioned on the resourceVersion read), and an open task with a
+future deadline is requeued for the moment the deadline passes: no polling.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from controller_runtime import ControllerBuilder, GenerationChanged, Request, Result
+from controller_runtime.builder import ControllerHost
+from controller_runtime.client import Client
+from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime.util.conditions import set_condition
+from informers.errors import NotFoundError
+
+TASK_API_VERSION = "tasks.crpy.io/v1"
+TASK_KIND = "Task"
+OPEN_STATES = frozenset({"Pending", "InProgress"})
+WAKE_MARGIN = 0.05
+"""Seconds added to a deadline wake-up, so the reconcile runs just after it, not before."""
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def parse_time(value: str) -> datetime:
+    """An RFC 3339 timestamp as the API server stores it (``Z`` or an offset)."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def derive_status(task: dict[str, Any], now: datetime) -> tuple[dict[str, Any], float | None]:
+    """The status ``task`` should have at ``now``, and the seconds until it changes by
+    itself (the deadline of an open task), or ``None``."""
+    spec = task.get("spec") or {}
+    desired = spec.get("taskState") or "Pending"
+    deadline_text = spec.get("deadline")
+    deadline = parse_time(deadline_text) if deadline_text else None
+    wake_in: float | None = None
+    status = copy.deepcopy(task.get("status") or {})
+    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
+    generation = task.get("metadata", {}).get("generation")
+    if desired not in OPEN_STATES:
+        state, overdue, reason, message = desired, False, "Closed", f"the task is {desired}"
+    elif deadline is not None and now >= deadline:
+        state, overdue, reason = "Overdue", True, "DeadlinePassed"
+        message = f"the deadline {deadline_text} has passed"
+    else:
+        state, overdue = desired, False
+        if deadline is None:
+            reason, message = "NoDeadline", "the task has no deadline"
+        else:
+            reason, message = "OnTime", f"due {deadline_text}"
+            wake_in = (deadline - now).total_seconds() + WAKE_MARGIN
+    status["state"] = state
+    status["observedGeneration"] = generation
+    set_condition(
+        conditions,
+        "Overdue",
+        overdue,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        now=now,
+    )
+    return status, wake_in
+
+
+class TaskReconciler:
+    """Reconciles one Task; ``clock`` is injectable for tests."""
+
+    def __init__(self, client: Client, *, clock: Clock = utcnow) -> None:
+        self.client = client
+        self.clock = clock
+
+    async def reconcile(self, request: Request) -> Result | None:
+        try:
+            task = await self.client.get(
+                TASK_API_VERSION, TASK_KIND, request.name, request.namespace
+            )
+        except NotFoundError:
+            return None  # deleted: nothing to do
+        status, wake_in = derive_status(task, self.clock())
+        if status != (task.get("status") or {}):
+            patch = {
+                "metadata": {"resourceVersion": task["metadata"]["resourceVersion"]},
+                "status": status,
+            }
+            await self.client.patch_status(task, patch)
+        return Result(requeue_after=wake_in) if wake_in is not None else None
+
+
+async def setup_task_controller(
+    host: ControllerHost,
+    client: Client,
+    *,
+    options: ControllerOptions | None = None,
+    clock: Clock = utcnow,
+) -> Controller:
+    """Build the Task controller on ``host`` (a manager): watch Tasks, reconcile on spec
+    changes (``GenerationChanged``: its own status writes do not trigger it again)."""
+    reconciler = TaskReconciler(client, clock=clock)
+    return await (
+        ControllerBuilder(host)
+        .named("task")
+        .for_(TASK_API_VERSION, TASK_KIND, predicates=[GenerationChanged()])
+        .with_options(options)
+        .complete(reconciler)
+    )
