@@ -18,6 +18,7 @@ class _Link:
     upstream: asyncio.StreamWriter
     downstream_bytes: int = 0
     budget: int | None = None  # server->client bytes still allowed before a cut
+    delayed: asyncio.Queue[tuple[float, bytes]] | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def abort(self) -> None:
@@ -30,14 +31,16 @@ class FaultProxy:
 
     Faults: :meth:`cut_all` (abort every open connection now), :meth:`cut_after` (let each
     open connection pass ``n`` more server-to-client bytes, then abort it: a cut mid-stream),
-    :meth:`freeze`/:meth:`thaw` (stop moving bytes, as a half-open connection would), and
-    :attr:`refuse` (close new connections at once).
+    :meth:`freeze`/:meth:`thaw` (stop moving bytes, as a half-open connection would),
+    :attr:`refuse` (close new connections at once), and :attr:`latency` (seconds added to
+    every server-to-client byte, in order: a lagging informer).
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target_host = target_host
         self.target_port = target_port
         self.refuse = False
+        self.latency = 0.0
         self.connections_accepted = 0
         self.cuts = 0
         self._links: set[_Link] = set()
@@ -76,6 +79,27 @@ class FaultProxy:
     def thaw(self) -> None:
         self._flowing.set()
 
+    async def _delayed(self, link: _Link, writer: asyncio.StreamWriter, data: bytes) -> None:
+        """Deliver ``data`` ``latency`` seconds after it arrived, keeping the order, without
+        holding up the reading of what comes next."""
+        loop = asyncio.get_running_loop()
+        if link.delayed is None:
+            link.delayed = asyncio.Queue()
+            link.tasks.append(asyncio.create_task(self._deliver(link, writer)))
+        link.delayed.put_nowait((loop.time() + self.latency, data))
+
+    async def _deliver(self, link: _Link, writer: asyncio.StreamWriter) -> None:
+        assert link.delayed is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                due, data = await link.delayed.get()
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            link.abort()
+
     @property
     def open_connections(self) -> int:
         return len(self._links)
@@ -97,10 +121,12 @@ class FaultProxy:
             asyncio.create_task(self._pump(up_reader, writer, link, downstream=True)),
         ]
         try:
-            await asyncio.gather(*link.tasks, return_exceptions=True)
+            await asyncio.gather(*link.tasks[:2], return_exceptions=True)
         finally:
             self._links.discard(link)
             link.abort()
+            for task in link.tasks[2:]:  # a delayed-delivery task, if latency was on
+                task.cancel()
 
     async def _pump(
         self,
@@ -128,6 +154,9 @@ class FaultProxy:
                     link.budget -= len(data)
                 if downstream:
                     link.downstream_bytes += len(data)
+                    if self.latency > 0:
+                        await self._delayed(link, writer, data)
+                        continue
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
