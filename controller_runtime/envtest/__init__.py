@@ -20,6 +20,7 @@ from controller_runtime.envtest.controlplane import (
     Identity,
     use_existing_cluster,
 )
+from controller_runtime.envtest.faultproxy import FaultProxy
 
 __all__ = [
     "ETCD_VERSION",
@@ -28,6 +29,7 @@ __all__ = [
     "BinaryError",
     "ControlPlane",
     "ControlPlaneError",
+    "FaultProxy",
     "Identity",
     "cache_root",
     "find_binaries",

@@ -33,7 +33,7 @@ from informers.discovery import Discovery
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
 from informers.transport import Transport
-from tests.faultproxy import FaultProxy
+from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from informers.config import ClusterConfig
 from informers.discovery import ResourceInfo
 from informers.shared import InformerFactory
 from informers.transport import Transport
-from tests.faultproxy import FaultProxy
+from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

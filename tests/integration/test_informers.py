@@ -22,7 +22,7 @@ from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory, SharedInformer
 from informers.store import StoreDelta
 from informers.transport import Transport
-from tests.faultproxy import FaultProxy
+from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

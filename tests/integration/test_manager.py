@@ -24,7 +24,7 @@ from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElecti
 from controller_runtime.manager import Manager, ManagerOptions
 from informers.config import ClusterConfig
 from informers.transport import Transport
-from tests.faultproxy import FaultProxy
+from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 
