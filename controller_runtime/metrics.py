@@ -15,8 +15,10 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
+
+from informers.fastmetrics import Counter, Histogram
 
 __all__ = [
     "ACTIVE_WORKERS",

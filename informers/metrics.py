@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 
+from informers.fastmetrics import Counter, Histogram
 from informers.transport import RequestObserver
 
 REGISTRY = CollectorRegistry(auto_describe=True)
