@@ -8,10 +8,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 ARGS ?=
+BENCH_ARGS ?=
+BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
-.PHONY: help venv run test lint typecheck unit integration binaries bench clean-cache
+.PHONY: help venv run test lint typecheck unit integration binaries bench venv-bench clean-cache postgres
 
 help:
 	@echo "make run        the operator on an embedded local control plane (or the configured cluster)"
@@ -33,8 +35,12 @@ $(STAMP): pyproject.toml
 binaries: venv
 	$(BIN)/python -m controller_runtime.envtest build
 
+# PostgreSQL server binaries for the local server of the postgres tests and `make run`.
+postgres:
+	@sh scripts/ensure-postgres.sh
+
 # The operator against the configured cluster, or an embedded local control plane if none is.
-run: venv binaries
+run: venv binaries postgres
 	$(BIN)/python -m controllers.dev $(ARGS)
 
 lint: venv
@@ -50,8 +56,21 @@ unit: venv
 integration: venv binaries
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
-test: lint binaries
+test: lint binaries postgres
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The benchmarks: the dev and bench extras (kopf, matplotlib), the control-plane binaries, then
+# the harness (it builds the Go peer into $(CACHE_DIR) itself). BENCH_ARGS="--quick" for a
+# smoke run; see docs/benchmarks.md. Not part of `make test`.
+venv-bench: $(BENCH_STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@rm -f $(VENV)/.bench-installed-*
+	@touch $@
+
+bench: venv-bench binaries
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean-cache:
 	rm -rf $(CACHE_DIR)

@@ -10,6 +10,13 @@ from controller_runtime.cache import CacheSyncTimeoutError
 from controller_runtime.controller import ControllerOptions
 from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElectionLostError
 from controller_runtime.manager import Manager, ManagerOptions, run_until_signalled
+from controllers.postgres import (
+    setup_backup_controller,
+    setup_binding_controller,
+    setup_instance_controller,
+    setup_plan_controller,
+    setup_user_controller,
+)
 from controllers.task import setup_task_controller
 from informers.config import SERVICE_ACCOUNT_DIR, ClusterConfig, ConfigError, load_config
 from informers.discovery import UnknownKindError
@@ -24,7 +31,15 @@ async def _task(manager: Manager, options: ControllerOptions) -> object:
     return await setup_task_controller(manager, manager.client, options=options)
 
 
-CONTROLLERS: dict[str, Setup] = {"task": _task}
+CONTROLLERS: dict[str, Setup] = {
+    "task": _task,
+    # The PostgreSQL data service: one single-purpose controller per resource.
+    "postgres-instance": lambda m, o: setup_instance_controller(m, m.client, options=o),
+    "postgres-user": lambda m, o: setup_user_controller(m, m.client, options=o),
+    "service-binding": lambda m, o: setup_binding_controller(m, m.client, options=o),
+    "backup": lambda m, o: setup_backup_controller(m, m.client, options=o),
+    "backup-plan": lambda m, o: setup_plan_controller(m, m.client, options=o),
+}
 """Every controller the operator can run, by name."""
 
 KNOWN_CONTROLLERS: tuple[str, ...] = tuple(CONTROLLERS)

@@ -1,5 +1,7 @@
 """``make run``: the operator against the configured cluster, or, when none is configured, on an
-embedded local control plane with a few example objects to watch it work.
+embedded local control plane with a few example objects to watch it work: two Tasks, and a
+PostgreSQL data service (a version policy, an external PostgresInstance pointing at a local
+PostgreSQL server started for the run, and a ServiceBinding whose Secret logs in to it).
 
 A cluster counts as configured when ``$KUBECONFIG`` names a file, ``~/.kube/config`` exists,
 or the process runs in a Pod. Extra arguments are passed to the operator
@@ -9,6 +11,7 @@ or the process runs in a Pod. Extra arguments are passed to the operator
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from datetime import UTC, datetime, timedelta
@@ -21,6 +24,7 @@ from controllers.__main__ import main as operator_main
 from controllers.__main__ import settings_from
 from controllers.app import run_operator
 from controllers.logsetup import configure_logging
+from controllers.postgres.localserver import LocalPostgres, PostgresNotFoundError
 from informers.config import in_cluster_available, load_kubeconfig
 from informers.transport import Transport
 
@@ -56,18 +60,93 @@ async def create_examples(plane: ControlPlane) -> None:
             await transport.request("POST", base, body=body)
 
 
+async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -> None:
+    """The admin Secret of ``server``, a version policy enabling its major version, an
+    external PostgresInstance using it and a ServiceBinding to it."""
+    major = server.version.split(".")[0]
+    group = "/apis/postgres.crpy.io/v1alpha1"
+    base = f"{group}/namespaces/{DEMO_NAMESPACE}"
+    async with Transport(await load_kubeconfig(plane.kubeconfig)) as transport:
+        await transport.request(
+            "POST",
+            f"/api/v1/namespaces/{DEMO_NAMESPACE}/secrets",
+            body={
+                "metadata": {"name": "demo-db-admin"},
+                "stringData": {"username": server.user, "password": server.password},
+            },
+        )
+        await transport.request(
+            "POST",
+            f"{group}/postgresversionpolicies",
+            body={
+                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "kind": "PostgresVersionPolicy",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "versions": [
+                        {"version": v, "enabled": True} for v in sorted({major, "16", "17"})
+                    ]
+                },
+            },
+        )
+        for plural, kind, name, spec in (
+            (
+                "postgresinstances",
+                "PostgresInstance",
+                "demo-db",
+                {
+                    "external": {
+                        "host": server.host,
+                        "port": server.port,
+                        "adminSecretRef": {"name": "demo-db-admin"},
+                    }
+                },
+            ),
+            ("servicebindings", "ServiceBinding", "shop", {"instanceRef": {"name": "demo-db"}}),
+        ):
+            body = {
+                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "kind": kind,
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+            await transport.request("POST", f"{base}/{plural}", body=body)
+
+
+def print_postgres_access(plane: ControlPlane) -> None:
+    kubectl = f"kubectl --kubeconfig {plane.kubeconfig}"
+    print(f"postgres:    {kubectl} get pgvp,pgi,pgsb,pgu -n {DEMO_NAMESPACE}")
+    print(f"             {kubectl} describe postgresinstance demo-db -n {DEMO_NAMESPACE}")
+    print(f"             {kubectl} get events -n {DEMO_NAMESPACE}")
+    print(
+        f'connect:     psql "$({kubectl} get secret shop-credentials -n {DEMO_NAMESPACE} '
+        "-o jsonpath='{.data.uri}' | base64 -d)\""
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if cluster_configured():
         print("a cluster is configured: running the operator against it", flush=True)
         return operator_main(args)
-    with ControlPlane() as plane:
+    # Both started here, in the main thread: they die with it (PR_SET_PDEATHSIG).
+    with ControlPlane() as plane, contextlib.ExitStack() as stack:
         asyncio.run(create_examples(plane))
+        server = LocalPostgres()
+        try:
+            stack.enter_context(server)  # stopped (and its directory removed) on exit
+            asyncio.run(create_postgres_examples(plane, server))
+            postgres = True
+        except (PostgresNotFoundError, RuntimeError) as err:
+            print(f"no local PostgreSQL, so no postgres examples: {err}", flush=True)
+            postgres = False
         print_access(plane)
         kubectl = f"kubectl --kubeconfig {plane.kubeconfig}"
         print(f"watch:       {kubectl} get tasks -n {DEMO_NAMESPACE} -w")
         print(f"             {kubectl} describe task write-report -n {DEMO_NAMESPACE}")
-        print("Ctrl-C stops the operator and the control plane.", flush=True)
+        if postgres:
+            print_postgres_access(plane)
+        print("Ctrl-C stops the operator, PostgreSQL and the control plane.", flush=True)
         settings = settings_from(["--kubeconfig", str(plane.kubeconfig), *args])
         configure_logging(settings.log_level, settings.log_format)
         install_uvloop()

@@ -41,6 +41,11 @@ READ_METHODS = frozenset({"GET", "HEAD"})
 RequestObserver = Callable[[str, int, float], None]
 """Called after every request with (method, HTTP status or 0 for a transport error, seconds)."""
 
+RequestHook = Callable[[str, str, Mapping[str, str] | None, int], None]
+"""Called after every request with (method, path, query parameters, HTTP status or 0 for a
+transport error). A watch is reported as the ``GET`` it is (its parameters carry ``watch``),
+so that a hook can tell what the API server authorised (e.g. RBAC verbs in tests)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Response:
@@ -71,10 +76,12 @@ class Transport:
         max_connections: int = 100,
         user_agent: str = USER_AGENT,
         observer: RequestObserver | None = None,
+        on_request: RequestHook | None = None,
     ) -> None:
         self.config = config
         self.max_retries = max_retries
         self.observer = observer
+        self.on_request = on_request
         self._request_timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
         self._watch_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
@@ -116,9 +123,18 @@ class Transport:
     def url(self, path: str) -> str:
         return self.config.server + path
 
-    def _observe(self, method: str, status: int, started: float) -> None:
+    def _observe(
+        self,
+        method: str,
+        status: int,
+        started: float,
+        path: str,
+        params: Mapping[str, str] | None,
+    ) -> None:
         if self.observer is not None:
             self.observer(method, status, time.monotonic() - started)
+        if self.on_request is not None:
+            self.on_request("GET" if method == "WATCH" else method, path, params, status)
 
     async def request(
         self,
@@ -163,7 +179,7 @@ class Transport:
                     status = answer.status
                     answer_headers = answer.headers
             except (aiohttp.ClientError, TimeoutError) as err:
-                self._observe(method, 0, started)
+                self._observe(method, 0, started, path, params)
                 if method in READ_METHODS and attempt < self.max_retries:
                     attempt += 1
                     log.debug("retrying %s %s after a transport error: %s", method, path, err)
@@ -172,7 +188,7 @@ class Transport:
                 raise ApiError(
                     0, "TransportError", str(err) or type(err).__name__, method=method, path=path
                 ) from err
-            self._observe(method, status, started)
+            self._observe(method, status, started, path, params)
             if status < 400:
                 return Response(status, answer_headers, payload)
             if status == 401 and not refreshed:
@@ -225,11 +241,11 @@ class Transport:
                     server_hostname=self.config.tls_server_name,
                 )
             except (aiohttp.ClientError, TimeoutError) as err:
-                self._observe("WATCH", 0, started)
+                self._observe("WATCH", 0, started, path, params)
                 raise ApiError(
                     0, "TransportError", str(err) or type(err).__name__, method="WATCH", path=path
                 ) from err
-            self._observe("WATCH", response.status, started)
+            self._observe("WATCH", response.status, started, path, params)
             try:
                 if response.status == 200:
                     yield response

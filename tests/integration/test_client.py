@@ -16,6 +16,7 @@ from controller_runtime.cache import Cache
 from controller_runtime.client import Client, retry_on_conflict
 from controller_runtime.consistency import ReadYourWritesGuard
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
+from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.errors import (
     AlreadyExistsError,
     ApiError,
@@ -33,7 +34,6 @@ from informers.discovery import Discovery
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
 from informers.transport import Transport
-from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

@@ -263,8 +263,10 @@ async def test_changes_to_owned_objects_trigger_their_owner(
     await seen.wait_for("t", lambda o: o == {"data": [{"v": "1"}]})
     await patch(transport, configmaps_path(namespace, "cm"), {"data": {"v": "2"}})
     await seen.wait_for("t", lambda o: o == {"data": [{"v": "2"}]})
+    before_delete = seen.count("t")
     await transport.request("DELETE", configmaps_path(namespace, "cm"))
-    await seen.wait_for("t", lambda o: o == {"data": []})
+    # after=: the Task's very first reconcile also saw no ConfigMap; wait for a new one.
+    await seen.wait_for("t", lambda o: o == {"data": []}, after=before_delete)
 
     # Neither an unowned ConfigMap nor one the Task owns without being its controller
     # triggers a reconcile.

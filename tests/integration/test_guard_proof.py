@@ -29,13 +29,13 @@ from controller_runtime.cache import Cache
 from controller_runtime.client import Client
 from controller_runtime.consistency import ReadYourWritesGuard
 from controller_runtime.controller import Controller
+from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.metrics import REGISTRY
 from controller_runtime.reconcile import ConsistencyGuard
 from informers.config import ClusterConfig
 from informers.discovery import ResourceInfo
 from informers.shared import InformerFactory
 from informers.transport import Transport
-from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
+from controller_runtime.envtest.faultproxy import FaultProxy
 from informers import metrics
 from informers.config import ClusterConfig, load_kubeconfig
 from informers.discovery import Discovery
@@ -22,7 +23,6 @@ from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory, SharedInformer
 from informers.store import StoreDelta
 from informers.transport import Transport
-from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,11 @@ import pytest
 
 from controller_runtime import ControllerBuilder, ControllerOptions, Request
 from controller_runtime.envtest import ControlPlane
+from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElectionLostError
 from controller_runtime.manager import Manager, ManagerOptions
 from informers.config import ClusterConfig
 from informers.transport import Transport
-from controller_runtime.envtest.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,321 @@
+"""The ServiceBinding controller: binds an application to a PostgresInstance.
+
+For each ServiceBinding it keeps two objects, both controlled by the binding:
+
+- a Secret (``spec.secretName``, default ``<binding>-credentials``) in the layout of the
+  servicebinding.io specification: ``type``, ``provider``, ``host``, ``port``, ``database``,
+  ``username`` (and ``user``), ``password``, ``sslmode`` and ``uri``;
+- a PostgresUser for the binding's own role (``spec.roleName``, default derived from the
+  namespace and name), whose password is that Secret's ``password``.
+
+The password is generated once (``secrets``), when the Secret is created, and never replaced:
+the Secret is read live and created with ``create`` (``AlreadyExists`` means someone,
+perhaps our own earlier attempt, created it: its password is kept), so neither a repeated
+reconcile nor a stale cache can lose it. Other keys follow the instance (e.g. a new host).
+``status.binding.name`` names the Secret (the servicebinding.io duck type); ``Ready`` mirrors
+the PostgresUser's.
+
+Deleting the binding (finalizer ``postgres.crpy.io/binding``) deletes the PostgresUser, whose
+own finalizer drops the role, and the Secret; the binding goes once the PostgresUser is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from controller_runtime import (
+    ControllerBuilder,
+    EnqueueRequestsFromMapFunc,
+    Request,
+    Result,
+    reconcile_logger,
+)
+from controller_runtime.builder import ControllerHost
+from controller_runtime.client import Client
+from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime.util import (
+    EventRecorder,
+    contains_finalizer,
+    ensure_finalizer,
+    get_condition,
+    is_being_deleted,
+    is_controlled_by,
+    release_finalizer,
+    set_controller_reference,
+)
+from controllers.postgres.api import (
+    API_VERSION,
+    BINDING,
+    BINDING_FINALIZER,
+    INSTANCE,
+    LABEL_BINDING,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    USER,
+    InvalidNameError,
+    check_identifier,
+    identifier_from,
+    ref_name,
+)
+from controllers.postgres.common import (
+    RecorderRunnable,
+    decode_secret,
+    encode_data,
+    make_recorder,
+    set_conditions,
+    status_copy,
+    write_status,
+)
+from controllers.postgres.connection import SpecOrDeletionChanged
+from controllers.postgres.scram import generate_password
+from informers.errors import AlreadyExistsError, NotFoundError
+
+Obj = dict[str, Any]
+FIELD_MANAGER = "service-binding"
+
+
+def secret_name(binding: Obj) -> str:
+    return str(
+        (binding.get("spec") or {}).get("secretName")
+        or f"{binding['metadata']['name']}-credentials"
+    )
+
+
+def role_and_database(binding: Obj) -> tuple[str, str]:
+    """The role and database of ``binding`` (deterministic); :class:`InvalidNameError`."""
+    meta, spec = binding["metadata"], binding.get("spec") or {}
+    role = spec.get("roleName") or identifier_from(meta["namespace"], meta["name"])
+    database = spec.get("database") or identifier_from(meta["name"])
+    return (check_identifier(role, "spec.roleName"), check_identifier(database, "spec.database"))
+
+
+def credentials(
+    instance: Obj, endpoint: dict[str, Any], role: str, database: str, password: str
+) -> dict[str, str]:
+    """The Secret's data (decoded) for the given password."""
+    spec = instance.get("spec") or {}
+    external = spec.get("external") or {}
+    if external:
+        sslmode = external.get("sslMode", "prefer")
+    else:
+        sslmode = "require" if (spec.get("tls") or {}).get("secretName") else "prefer"
+    host, port = str(endpoint["host"]), str(endpoint["port"])
+    uri = (
+        f"postgresql://{quote(role, safe='')}:{quote(password, safe='')}@{host}:{port}/"
+        f"{quote(database, safe='')}?sslmode={sslmode}"
+    )
+    return {
+        "type": "postgresql",
+        "provider": MANAGED_BY,
+        "host": host,
+        "port": port,
+        "database": database,
+        "username": role,
+        "user": role,
+        "password": password,
+        "sslmode": sslmode,
+        "uri": uri,
+    }
+
+
+class BindingReconciler:
+    """Reconciles one ServiceBinding; see the module docs."""
+
+    def __init__(self, client: Client, recorder: EventRecorder) -> None:
+        self.client = client
+        self.recorder = recorder
+
+    async def reconcile(self, request: Request) -> Result | None:
+        try:
+            binding = await self.client.get(API_VERSION, BINDING, request.name, request.namespace)
+        except NotFoundError:
+            return None
+        if not is_being_deleted(binding):
+            binding = await ensure_finalizer(self.client, binding, BINDING_FINALIZER)
+        if is_being_deleted(binding):
+            await self._finalize(binding)
+            return None
+        meta = binding["metadata"]
+        generation = meta.get("generation")
+        status = status_copy(binding)
+        status["observedGeneration"] = generation
+
+        async def not_ready(reason: str, message: str) -> None:
+            set_conditions(status, generation, ("Ready", False, reason, message))
+            await write_status(self.client, binding, status)
+
+        try:
+            role, database = role_and_database(binding)
+        except InvalidNameError as err:
+            await not_ready("InvalidSpec", str(err))
+            return None  # only a spec change can fix it
+        instance_name = ref_name(binding, "instanceRef") or ""
+        try:
+            instance = await self.client.get(
+                API_VERSION, INSTANCE, instance_name, meta["namespace"]
+            )
+        except NotFoundError:
+            await not_ready(
+                "InstanceNotFound", f"PostgresInstance {instance_name!r} does not exist"
+            )
+            return None
+        endpoint = (instance.get("status") or {}).get("endpoint")
+        if not endpoint:
+            await not_ready(
+                "InstanceNotReady", f"PostgresInstance {instance_name!r} has no endpoint yet"
+            )
+            return None
+        name = secret_name(binding)
+        await self._ensure_secret(binding, instance, endpoint, role, database)
+        user = {
+            "apiVersion": API_VERSION,
+            "kind": USER,
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "labels": {LABEL_BINDING: meta["name"], LABEL_MANAGED_BY: MANAGED_BY},
+            },
+            "spec": {
+                "instanceRef": {"name": instance_name},
+                "roleName": role,
+                "database": database,
+                "privileges": (binding.get("spec") or {}).get("privileges", "ReadWrite"),
+                "passwordSecretRef": {"name": name, "key": "password"},
+            },
+        }
+        set_controller_reference(binding, user, owner_namespaced=True, obj_namespaced=True)
+        applied = await self.client.apply(user, field_manager=FIELD_MANAGER, force=True)
+        user_ready = get_condition((applied.get("status") or {}).get("conditions") or [], "Ready")
+        status["binding"] = {"name": name}
+        status["roleName"] = role
+        status["database"] = database
+        if user_ready and user_ready.get("status") == "True":
+            ready: tuple[str, bool, str, str] = (
+                "Ready",
+                True,
+                "Bound",
+                f"Secret {name} holds the credentials of role {role}",
+            )
+        else:
+            reason = (user_ready or {}).get("reason") or "UserPending"
+            message = (user_ready or {}).get("message") or "waiting for the PostgresUser"
+            ready = ("Ready", False, reason, message)
+        set_conditions(status, generation, ready)
+        await write_status(self.client, binding, status)
+        return None
+
+    async def _ensure_secret(
+        self, binding: Obj, instance: Obj, endpoint: dict[str, Any], role: str, database: str
+    ) -> None:
+        meta = binding["metadata"]
+        name = secret_name(binding)
+        log = reconcile_logger(__name__)
+        try:
+            existing: Obj | None = await self.client.live.get(
+                "v1", "Secret", name, meta["namespace"]
+            )
+        except NotFoundError:
+            existing = None
+        if existing is not None and not is_controlled_by(existing, binding):
+            raise RuntimeError(f"Secret {name} exists and is not controlled by this binding")
+        current = decode_secret(existing) if existing is not None else {}
+        password = current.get("password") or generate_password()
+        desired = credentials(instance, endpoint, role, database, password)
+        if existing is None:
+            secret: Obj = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "servicebinding.io/postgresql",
+                "metadata": {
+                    "name": name,
+                    "namespace": meta["namespace"],
+                    "labels": {LABEL_BINDING: meta["name"], LABEL_MANAGED_BY: MANAGED_BY},
+                },
+                "data": encode_data(desired),
+            }
+            set_controller_reference(binding, secret, owner_namespaced=True, obj_namespaced=True)
+            try:
+                await self.client.create(secret)
+            except AlreadyExistsError:
+                # Created meanwhile (a lost answer to our own create, say): keep its password;
+                # the next reconcile converges the other keys.
+                raise RuntimeError(f"Secret {name} appeared while creating it; retrying") from None
+            log.info("created Secret %s", name)
+            self.recorder.record(
+                binding, "Normal", "SecretCreated", f"created Secret {name} for role {role}", "Bind"
+            )
+            return
+        if current != desired:
+            patch = {
+                "metadata": {"resourceVersion": existing["metadata"]["resourceVersion"]},
+                "data": encode_data(desired),
+            }
+            await self.client.patch(existing, patch)
+            log.info("updated Secret %s", name)
+
+    async def _finalize(self, binding: Obj) -> None:
+        if not contains_finalizer(binding, BINDING_FINALIZER):
+            return
+        meta = binding["metadata"]
+        for api_version, kind, name in (
+            (API_VERSION, USER, meta["name"]),
+            ("v1", "Secret", secret_name(binding)),
+        ):
+            try:
+                obj = await self.client.live.get(api_version, kind, name, meta["namespace"])
+            except NotFoundError:
+                continue
+            if not is_controlled_by(obj, binding):
+                continue
+            if kind == USER and is_being_deleted(obj):
+                return  # still dropping its role; its deletion brings us back
+            try:
+                remaining = await self.client.delete(
+                    obj, preconditions={"uid": obj["metadata"]["uid"]}
+                )
+            except NotFoundError:
+                continue
+            if kind == USER and remaining is not None:
+                return
+        await release_finalizer(self.client, binding, BINDING_FINALIZER)
+        self.recorder.record(
+            binding, "Normal", "Unbound", "deleted the PostgresUser and the Secret", "Unbind"
+        )
+
+
+async def setup_binding_controller(
+    host: ControllerHost,
+    client: Client,
+    *,
+    options: ControllerOptions | None = None,
+    recorder: EventRecorder | None = None,
+) -> Controller:
+    """Build the ServiceBinding controller on ``host``: watches bindings (spec changes and
+    deletions), the PostgresUsers they own, and instances (a new endpoint or readiness
+    reconciles their bindings)."""
+    if recorder is None:
+        recorder = make_recorder(client, "binding-controller")
+        add = getattr(host, "add", None)
+        if add is not None:
+            add(RecorderRunnable(recorder))
+    cache = client.cache
+
+    def instance_bindings(instance: Mapping[str, Any]) -> list[Request]:
+        meta = instance["metadata"]
+        return [
+            Request(meta["namespace"], b["metadata"]["name"])
+            for b in cache.list(API_VERSION, BINDING, namespace=meta["namespace"])
+            if ref_name(b, "instanceRef") == meta["name"]
+        ]
+
+    return await (
+        ControllerBuilder(host)
+        .named("servicebinding")
+        .for_(API_VERSION, BINDING, predicates=[SpecOrDeletionChanged()])
+        .owns(API_VERSION, USER)
+        .watches(API_VERSION, INSTANCE, EnqueueRequestsFromMapFunc(instance_bindings))
+        .with_options(options)
+        .complete(BindingReconciler(client, recorder))
+    )

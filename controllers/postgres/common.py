@@ -1,0 +1,116 @@
+"""Small pieces every PostgreSQL controller uses: writing status only when it changed, the
+event recorder's lifecycle, and reading Secrets."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from controller_runtime.cache import Cache
+from controller_runtime.client import Client
+from controller_runtime.util import EventRecorder, merge_patch, set_condition, status_conditions
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+async def write_status(client: Client, obj: Obj, status: Mapping[str, Any]) -> Obj:
+    """Merge-patch ``obj``'s status to ``status`` if it differs from what ``obj`` shows;
+    return the latest object. The patch carries the resourceVersion that was read, so a
+    status computed from an outdated object is refused (``ConflictError``: retried)."""
+    current = obj.get("status") or {}
+    if current == status:
+        return obj
+    patch = {
+        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+        "status": merge_patch(current, dict(status)),
+    }
+    return await client.patch_status(obj, patch)
+
+
+def set_conditions(
+    status: Obj, generation: int | None, *conditions: tuple[str, bool | str, str, str]
+) -> None:
+    """Set ``(type, status, reason, message)`` conditions on a status dict (in place)."""
+    holder = {"status": status}
+    listed = status_conditions(holder)
+    for condition_type, value, reason, message in conditions:
+        set_condition(
+            listed,
+            condition_type,
+            value,  # type: ignore[arg-type]
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+        )
+
+
+def status_copy(obj: Obj) -> Obj:
+    """A deep copy of ``obj``'s status (empty dict when absent), to compute the next one."""
+    return copy.deepcopy(obj.get("status") or {})
+
+
+def decode_secret(secret: Mapping[str, Any]) -> dict[str, str]:
+    """The Secret's ``data`` decoded (``stringData`` is write-only and never read back)."""
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
+def encode_data(values: Mapping[str, str]) -> dict[str, str]:
+    return {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with every secret replaced by ``***``: for messages that may quote a
+    connection string or a server's error (conditions, events, logs)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+class RecorderRunnable:
+    """Closes an :class:`EventRecorder` when the manager stops (a manager runnable)."""
+
+    need_leader_election = False
+
+    def __init__(self, recorder: EventRecorder) -> None:
+        self.recorder = recorder
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self, drain_timeout: float | None) -> None:
+        await self.recorder.close()
+
+
+def make_recorder(client: Client, controller: str) -> EventRecorder:
+    """An event recorder reporting as ``postgres.crpy.io/<controller>`` from this process
+    (the Pod name in a cluster, the host name elsewhere)."""
+    instance = os.environ.get("POD_NAME") or socket.gethostname() or "operator"
+    return EventRecorder(
+        client,
+        reporting_controller=f"postgres.crpy.io/{controller}",
+        reporting_instance=instance[:128],
+    )
+
+
+def list_everywhere(cache: Cache, api_version: str, kind: str) -> list[Obj]:
+    """Every cached object of ``kind``, whether the cache watches all namespaces or a few
+    (``Cache.list`` without a namespace refuses the latter). For map functions."""
+    entry = cache.watched(api_version, kind)
+    if entry is None:
+        return []
+    if entry.covers(None):
+        return cache.list(api_version, kind)
+    return [
+        obj
+        for namespace in entry.informers
+        if namespace is not None
+        for obj in cache.list(api_version, kind, namespace=namespace)
+    ]

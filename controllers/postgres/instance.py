@@ -1,0 +1,533 @@
+"""The PostgresInstance controller.
+
+An instance either runs in the cluster (rendered by :mod:`controllers.postgres.render`) or
+points at an existing server (``spec.external``). Either way its version must be one the
+:mod:`version policy <controllers.postgres.policy>` enables. Status: ``endpoint`` (host,
+port), ``version`` (the version that runs), ``readyReplicas``, ``observedGeneration`` and the
+conditions ``Ready``, ``Progressing``, ``Degraded`` and ``VersionAccepted``; written only when
+it changes.
+
+- In-cluster: Ready once the StatefulSet has rolled out and reports every replica ready.
+- External: Ready when the operator can log in as the administrator; rechecked every
+  ``recheck_after`` seconds (default 300).
+
+``spec.restore.backupName`` (in-cluster, set at creation): once the server is up, a Job
+restores that ``pg_dump`` Backup into it (``status.restore``); the instance is Ready only
+after it succeeded.
+
+Deletion (finalizer ``postgres.crpy.io/instance``) waits until no PostgresUser refers to the
+instance (their finalizers drop their roles while the server is still there), then, with
+``spec.deletionPolicy: Delete``, deletes the instance's PersistentVolumeClaims; ``Retain``
+(default) keeps them. Rendered objects go with the instance by garbage collection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from controller_runtime import (
+    ControllerBuilder,
+    EnqueueRequestsFromMapFunc,
+    Request,
+    Result,
+    reconcile_logger,
+)
+from controller_runtime.builder import ControllerHost
+from controller_runtime.client import Client
+from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime.util import (
+    EventRecorder,
+    contains_finalizer,
+    ensure_finalizer,
+    is_being_deleted,
+    release_finalizer,
+    set_controller_reference,
+)
+from controllers.postgres import jobs, render, sql
+from controllers.postgres.api import (
+    ANNOTATION_VERSION,
+    API_VERSION,
+    BACKUP,
+    INSTANCE,
+    INSTANCE_FINALIZER,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    POLICY,
+    POLICY_NAME,
+    USER,
+    ref_name,
+)
+from controllers.postgres.common import (
+    RecorderRunnable,
+    encode_data,
+    list_everywhere,
+    make_recorder,
+    set_conditions,
+    status_copy,
+    write_status,
+)
+from controllers.postgres.connection import (
+    ConfigurationError,
+    SpecOrDeletionChanged,
+    admin_conninfo,
+    read_secret,
+)
+from controllers.postgres.policy import (
+    Verdict,
+    Version,
+    evaluate,
+    parse_version,
+    server_version,
+)
+from controllers.postgres.scram import generate_password
+from informers.errors import AlreadyExistsError, NotFoundError
+from informers.store import DELETED, StoreDelta
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+FIELD_MANAGER = "postgres-instance"
+
+
+def rollout(sts: Obj, replicas: int) -> tuple[bool, bool, str]:
+    """(ready, rolled out, message) of a StatefulSet as its controller reports it."""
+    status = sts.get("status") or {}
+    observed = int(status.get("observedGeneration", 0)) >= int(sts["metadata"].get("generation", 1))
+    ready = int(status.get("readyReplicas", 0))
+    updated = int(status.get("updatedReplicas", 0))
+    revisions_match = status.get("currentRevision") == status.get("updateRevision")
+    rolled = observed and updated >= replicas and revisions_match
+    message = f"{ready}/{replicas} replicas ready, {updated} updated"
+    return rolled and ready >= replicas, rolled, message
+
+
+def _claims_differ(existing: list[Obj], desired: list[Obj]) -> bool:
+    def key(templates: list[Obj]) -> list[tuple[Any, Any]]:
+        return [
+            (
+                (t.get("spec") or {}).get("resources", {}).get("requests", {}).get("storage"),
+                (t.get("spec") or {}).get("storageClassName"),
+            )
+            for t in templates
+        ]
+
+    return key(existing) != key(desired)
+
+
+class InstanceReconciler:
+    """Reconciles one PostgresInstance; see the module docs."""
+
+    def __init__(
+        self, client: Client, recorder: EventRecorder, *, recheck_after: float = 300.0
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.recheck_after = recheck_after
+        self.backup_poll = 30.0
+
+    async def reconcile(self, request: Request) -> Result | None:
+        try:
+            instance = await self.client.get(API_VERSION, INSTANCE, request.name, request.namespace)
+        except NotFoundError:
+            return None
+        if not is_being_deleted(instance):
+            instance = await ensure_finalizer(self.client, instance, INSTANCE_FINALIZER)
+        if is_being_deleted(instance):
+            await self._finalize(instance)
+            return None
+        policy = await self._policy()
+        if (instance.get("spec") or {}).get("external"):
+            return await self._external(instance, policy)
+        return await self._in_cluster(instance, policy)
+
+    async def _policy(self) -> Obj | None:
+        try:
+            return await self.client.get(API_VERSION, POLICY, POLICY_NAME)
+        except NotFoundError:
+            return None
+
+    # -- deletion -------------------------------------------------------------------------
+
+    async def _finalize(self, instance: Obj) -> None:
+        if not contains_finalizer(instance, INSTANCE_FINALIZER):
+            return
+        meta = instance["metadata"]
+        users = sorted(
+            u["metadata"]["name"]
+            for u in await self.client.list(API_VERSION, USER, namespace=meta["namespace"])
+            if ref_name(u, "instanceRef") == meta["name"]
+        )
+        if users:
+            # The users' finalizers need the server (and its admin Secret) to drop their
+            # roles; their deletion events bring us back here.
+            status = status_copy(instance)
+            set_conditions(
+                status,
+                meta.get("generation"),
+                (
+                    "Ready",
+                    False,
+                    "Terminating",
+                    f"waiting for {len(users)} PostgresUser(s) to drop their roles: "
+                    + ", ".join(users[:10]),
+                ),
+            )
+            await write_status(self.client, instance, status)
+            return
+        spec = instance.get("spec") or {}
+        if not spec.get("external") and spec.get("deletionPolicy") == "Delete":
+            claims = await self.client.live.list(
+                "v1",
+                "PersistentVolumeClaim",
+                namespace=meta["namespace"],
+                label_selector=f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=data",
+            )
+            for claim in claims:
+                with contextlib.suppress(NotFoundError):
+                    await self.client.delete(claim)
+            if claims:
+                self.recorder.record(
+                    instance,
+                    "Normal",
+                    "VolumesDeleted",
+                    f"deleted {len(claims)} PersistentVolumeClaim(s) (deletionPolicy: Delete)",
+                    "Delete",
+                )
+        await release_finalizer(self.client, instance, INSTANCE_FINALIZER)
+
+    # -- external servers -----------------------------------------------------------------
+
+    async def _external(self, instance: Obj, policy: Obj | None) -> Result | None:
+        meta, spec = instance["metadata"], instance.get("spec") or {}
+        generation = meta.get("generation")
+        status = status_copy(instance)
+        status["endpoint"] = render.endpoint(instance)
+        status["observedGeneration"] = generation
+        try:
+            info = await admin_conninfo(self.client, instance)
+            actual = server_version(await sql.server_version_num(info))
+        except (ConfigurationError, sql.DatabaseError) as err:
+            reason = "AdminSecretInvalid" if isinstance(err, ConfigurationError) else "Unreachable"
+            set_conditions(
+                status,
+                generation,
+                ("Ready", False, reason, str(err)),
+                ("Progressing", False, reason, "retrying with backoff"),
+                ("Degraded", True, reason, str(err)),
+            )
+            await write_status(self.client, instance, status)
+            raise
+        previous = status.get("version")
+        running = Version(parse_version(previous.split(".")[0]).major) if previous else None
+        verdict: Verdict
+        wanted = spec.get("version")
+        if wanted and _major(wanted) != actual.major:
+            verdict = Verdict(
+                False,
+                None,
+                "VersionMismatch",
+                f"spec.version is {wanted} but the server runs {actual}",
+            )
+        else:
+            verdict = evaluate(policy, str(actual.major), running)
+        if verdict.accepted:
+            status["version"] = str(actual)
+            ready = ("Ready", True, "Connected", f"the server answers (PostgreSQL {actual})")
+        else:
+            ready = ("Ready", False, verdict.reason, verdict.message)
+            self._refused(instance, verdict)
+        set_conditions(
+            status,
+            generation,
+            ("VersionAccepted", verdict.accepted, verdict.reason, verdict.message),
+            ready,
+            ("Progressing", False, "Idle", ""),
+            ("Degraded", not verdict.accepted, verdict.reason, verdict.message),
+        )
+        await write_status(self.client, instance, status)
+        return Result(requeue_after=self.recheck_after)
+
+    # -- in-cluster servers ---------------------------------------------------------------
+
+    async def _in_cluster(self, instance: Obj, policy: Obj | None) -> Result | None:
+        meta, spec = instance["metadata"], instance.get("spec") or {}
+        generation = meta.get("generation")
+        names = render.Names(meta["name"])
+        status = status_copy(instance)
+        status["endpoint"] = render.endpoint(instance)
+        status["observedGeneration"] = generation
+        try:
+            sts: Obj | None = await self.client.get(
+                "apps/v1", "StatefulSet", names.statefulset, meta["namespace"]
+            )
+        except NotFoundError:
+            sts = None
+        running = _rendered_version(sts)
+        verdict = evaluate(
+            policy,
+            str(spec.get("version", "")),
+            running,
+            allow_major_upgrade=bool(spec.get("allowMajorVersionUpgrade")),
+        )
+        degraded: list[tuple[str, str]] = []
+        if not verdict.accepted:
+            degraded.append((verdict.reason, verdict.message))
+            self._refused(instance, verdict)
+        version_condition = ("VersionAccepted", verdict.accepted, verdict.reason, verdict.message)
+        if verdict.version is None or verdict.image is None:
+            set_conditions(
+                status,
+                generation,
+                version_condition,
+                ("Ready", False, verdict.reason, verdict.message),
+                ("Progressing", False, verdict.reason, "nothing is rendered"),
+                ("Degraded", True, verdict.reason, verdict.message),
+            )
+            await write_status(self.client, instance, status)
+            return None
+        claims = None
+        if sts is not None:
+            claims = sts["spec"].get("volumeClaimTemplates")
+            if claims and _claims_differ(claims, render.volume_claim_templates(instance)):
+                degraded.append(
+                    (
+                        "StorageChangeNotApplied",
+                        "storage size and class are fixed once the StatefulSet exists; "
+                        "expand its PersistentVolumeClaims instead",
+                    )
+                )
+        try:
+            children = [
+                render.configmap(instance),
+                render.headless_service(instance),
+                render.primary_service(instance),
+                render.statefulset(
+                    instance,
+                    version=str(verdict.version),
+                    image=verdict.image,
+                    claim_templates=claims,
+                ),
+            ]
+        except render.RenderError as err:
+            set_conditions(
+                status,
+                generation,
+                version_condition,
+                ("Degraded", True, "InvalidSpec", str(err)),
+                ("Progressing", False, "InvalidSpec", "fix the spec"),
+            )
+            await write_status(self.client, instance, status)
+            return None
+        await self._ensure_superuser_secret(instance)
+        applied: Obj = {}
+        for child in children:
+            set_controller_reference(instance, child, owner_namespaced=True, obj_namespaced=True)
+            applied = await self.client.apply(child, field_manager=FIELD_MANAGER, force=True)
+        await self._pdb(instance)
+        if running is not None and running != verdict.version:
+            self.recorder.record(
+                instance,
+                "Normal",
+                "Upgrading",
+                f"rolling from PostgreSQL {running} to {verdict.version}",
+                "Upgrade",
+            )
+        replicas = int(spec.get("replicas", 1))
+        ready, rolled, message = rollout(applied, replicas)
+        status["readyReplicas"] = int((applied.get("status") or {}).get("readyReplicas", 0))
+        if ready:
+            status["version"] = str(verdict.version)
+        ready_reason = "AllReplicasReady" if ready else "NotReady"
+        wait_for_backup = False
+        if spec.get("restore") and ready:
+            restored, restore_message = await self._restore(instance, status, verdict)
+            if not restored:
+                ready, ready_reason, message = False, "Restoring", restore_message
+                if status["restore"].get("phase") == "Failed":
+                    degraded.append(("RestoreFailed", restore_message))
+                elif not status["restore"].get("jobName"):
+                    # Waiting for the Backup, whose changes we do not watch: look again.
+                    wait_for_backup = True
+        set_conditions(
+            status,
+            generation,
+            version_condition,
+            ("Ready", ready, ready_reason, message),
+            (
+                "Progressing",
+                not (ready and rolled),
+                "RollingOut"
+                if not rolled
+                else ("WaitingForReplicas" if not ready else "RolledOut"),
+                message,
+            ),
+            (
+                "Degraded",
+                bool(degraded),
+                degraded[0][0] if degraded else "AsExpected",
+                "; ".join(m for _, m in degraded),
+            ),
+        )
+        await write_status(self.client, instance, status)
+        return Result(requeue_after=self.backup_poll) if wait_for_backup else None
+
+    async def _restore(self, instance: Obj, status: Obj, verdict: Verdict) -> tuple[bool, str]:
+        """Run the restore Job of ``spec.restore`` once the server is up; (done, message).
+        The Job is created once (``status.restore.jobName``) and its outcome recorded in
+        ``status.restore.phase``; only ``pg_dump`` backups can be restored this way."""
+        meta = instance["metadata"]
+        restore = status.setdefault("restore", {})
+        if restore.get("phase") == "Succeeded":
+            return True, "restored"
+        backup_name = str(instance["spec"]["restore"]["backupName"])
+        try:
+            backup = await self.client.live.get(API_VERSION, BACKUP, backup_name, meta["namespace"])
+        except NotFoundError:
+            restore["phase"] = "Pending"
+            return False, f"waiting for Backup {backup_name!r} to exist"
+        if (backup.get("spec") or {}).get("method") == "pg_basebackup":
+            restore["phase"] = "Failed"
+            return False, "restoring a pg_basebackup backup is not supported; use pg_dump"
+        if (backup.get("status") or {}).get("phase") != "Succeeded":
+            restore["phase"] = "Pending"
+            return False, f"waiting for Backup {backup_name!r} to succeed"
+        name = jobs.job_name(meta["name"], "restore")
+        try:
+            job: Obj | None = await self.client.get("batch/v1", "Job", name, meta["namespace"])
+        except NotFoundError:
+            job = None
+        if job is None:
+            assert verdict.image is not None
+            rendered = jobs.restore_job(instance, backup, verdict.image)
+            set_controller_reference(instance, rendered, owner_namespaced=True, obj_namespaced=True)
+            try:
+                job = await self.client.create(rendered)
+            except AlreadyExistsError:
+                job = None  # ours, from an attempt whose answer was lost: its events follow
+        restore["jobName"] = name
+        phase, message = jobs.job_outcome(job)
+        restore["phase"] = phase
+        if phase in ("Succeeded", "Failed"):
+            self.recorder.record(
+                instance,
+                "Normal" if phase == "Succeeded" else "Warning",
+                f"Restore{phase}",
+                f"restore from Backup {backup_name}: {message}",
+                "Restore",
+            )
+        return phase == "Succeeded", f"restore from Backup {backup_name}: {message}"
+
+    async def _ensure_superuser_secret(self, instance: Obj) -> None:
+        meta = instance["metadata"]
+        name = render.Names(meta["name"]).superuser
+        if await read_secret(self.client, name, meta["namespace"]) is not None:
+            return  # created once, never rewritten: the data directory holds this password
+        secret = render.superuser_secret(
+            instance,
+            encode_data(
+                {
+                    "username": render.SUPERUSER,
+                    "password": generate_password(),
+                    "replication-password": generate_password(),
+                }
+            ),
+        )
+        set_controller_reference(instance, secret, owner_namespaced=True, obj_namespaced=True)
+        try:
+            await self.client.create(secret)
+        except AlreadyExistsError:
+            return
+        self.recorder.record(
+            instance, "Normal", "SecretCreated", f"created Secret {name}", "Create"
+        )
+
+    async def _pdb(self, instance: Obj) -> None:
+        pdb = render.pod_disruption_budget(instance)
+        meta = instance["metadata"]
+        if pdb is not None:
+            set_controller_reference(instance, pdb, owner_namespaced=True, obj_namespaced=True)
+            await self.client.apply(pdb, field_manager=FIELD_MANAGER, force=True)
+            return
+        name = render.Names(meta["name"]).pdb
+        try:
+            existing = await self.client.get(
+                "policy/v1", "PodDisruptionBudget", name, meta["namespace"]
+            )
+        except NotFoundError:
+            return
+        with contextlib.suppress(NotFoundError):
+            await self.client.delete(existing, preconditions={"uid": existing["metadata"]["uid"]})
+
+    def _refused(self, instance: Obj, verdict: Verdict) -> None:
+        log = reconcile_logger(__name__)
+        log.info("version refused: %s", verdict.message)
+        self.recorder.record(instance, "Warning", verdict.reason, verdict.message, "ChooseVersion")
+
+
+def _major(text: str) -> int | None:
+    try:
+        return parse_version(text).major
+    except ValueError:
+        return None
+
+
+def _rendered_version(sts: Obj | None) -> Version | None:
+    if sts is None:
+        return None
+    text = (sts["metadata"].get("annotations") or {}).get(ANNOTATION_VERSION)
+    try:
+        return parse_version(text) if text else None
+    except ValueError:
+        return None
+
+
+async def setup_instance_controller(
+    host: ControllerHost,
+    client: Client,
+    *,
+    options: ControllerOptions | None = None,
+    recorder: EventRecorder | None = None,
+    recheck_after: float = 300.0,
+) -> Controller:
+    """Build the PostgresInstance controller on ``host`` (a manager, or anything with
+    ``add``: it also gets the recorder's closer). Watches instances (spec changes and
+    deletions), the objects it renders, the version policy (any change reconciles every
+    instance) and PostgresUser deletions (to finish an instance's deletion)."""
+    if recorder is None:
+        recorder = make_recorder(client, "instance-controller")
+        add = getattr(host, "add", None)
+        if add is not None:
+            add(RecorderRunnable(recorder))
+    reconciler = InstanceReconciler(client, recorder, recheck_after=recheck_after)
+    cache = client.cache
+
+    def every_instance(_: Mapping[str, Any]) -> list[Request]:
+        return [
+            Request(i["metadata"]["namespace"], i["metadata"]["name"])
+            for i in list_everywhere(cache, API_VERSION, INSTANCE)
+        ]
+
+    def user_instance(user: Mapping[str, Any]) -> list[Request]:
+        name = ref_name(user, "instanceRef")
+        return [Request(user["metadata"]["namespace"], name)] if name else []
+
+    def deleted(delta: StoreDelta) -> bool:
+        return delta.type == DELETED
+
+    return await (
+        ControllerBuilder(host)
+        .named("postgresinstance")
+        .for_(API_VERSION, INSTANCE, predicates=[SpecOrDeletionChanged()])
+        .owns("apps/v1", "StatefulSet")
+        .owns("v1", "Service")
+        .owns("v1", "ConfigMap")
+        .owns("policy/v1", "PodDisruptionBudget")
+        .owns("batch/v1", "Job")
+        .watches(API_VERSION, POLICY, EnqueueRequestsFromMapFunc(every_instance))
+        .watches(API_VERSION, USER, EnqueueRequestsFromMapFunc(user_instance), predicates=[deleted])
+        .with_options(options)
+        .complete(reconciler)
+    )

@@ -1,0 +1,436 @@
+"""Rendering of an in-cluster PostgresInstance: pure functions from the instance (and the
+version the policy lets it run) to the objects that run it.
+
+What is rendered, for an instance ``<name>``:
+
+- ConfigMap ``<name>-config``: ``postgresql.conf``, ``pg_hba.conf``, the container's
+  entrypoint and the first-start script that creates the replication role;
+- Secret ``<name>-superuser`` (``username``, ``password``, ``replication-password``):
+  created once, never rewritten (:func:`superuser_secret`);
+- StatefulSet ``<name>``: pod ``<name>-0`` is the primary; every other pod clones it with
+  ``pg_basebackup`` on first start and follows it by streaming replication;
+- Service ``<name>-headless`` (stable pod DNS names) and ``<name>-primary`` (pod 0 only);
+- PodDisruptionBudget ``<name>`` (``maxUnavailable: 1``) while ``replicas > 1``.
+
+The pod template carries a hash of the rendered configuration, so a change of parameters,
+replication mode or TLS rolls the pods; a changed image (minor upgrade) rolls them too.
+Caveats: pod 0 is always the primary (no automatic failover); replication uses
+``wal_keep_size`` rather than slots, so a standby down for long must be re-cloned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from controllers.postgres.api import (
+    ANNOTATION_CONFIG_HASH,
+    ANNOTATION_VERSION,
+    LABEL_INSTANCE,
+    LABEL_NAME,
+    labels_for,
+)
+
+Obj = dict[str, Any]
+
+PORT = 5432
+DATA_DIR = "/var/lib/postgresql/data"
+PGDATA = f"{DATA_DIR}/pgdata"
+CONFIG_DIR = "/etc/postgres"
+TLS_DIR = "/etc/postgres-tls"
+POSTGRES_UID = 999  # the official image's postgres user
+SUPERUSER = "postgres"
+REPLICATION_USER = "replicator"
+
+RESERVED_PARAMETERS = frozenset(
+    {
+        "config_file",
+        "data_directory",
+        "hba_file",
+        "ident_file",
+        "listen_addresses",
+        "port",
+        "primary_conninfo",
+        "ssl",
+        "ssl_cert_file",
+        "ssl_key_file",
+        "ssl_ca_file",
+        "synchronous_standby_names",
+        "unix_socket_directories",
+    }
+)
+"""Parameters the operator sets itself; ``spec.parameters`` may not override them."""
+_PARAMETER = re.compile(r"^[a-z_][a-z0-9_.]*$")
+
+
+class RenderError(ValueError):
+    """The spec cannot be rendered (e.g. an invalid or reserved parameter)."""
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names of everything rendered for instance ``name``."""
+
+    name: str
+
+    @property
+    def config(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def superuser(self) -> str:
+        return f"{self.name}-superuser"
+
+    @property
+    def headless(self) -> str:
+        return f"{self.name}-headless"
+
+    @property
+    def primary(self) -> str:
+        return f"{self.name}-primary"
+
+    @property
+    def statefulset(self) -> str:
+        return self.name
+
+    @property
+    def pdb(self) -> str:
+        return self.name
+
+
+def endpoint(instance: Mapping[str, Any]) -> dict[str, Any]:
+    """Where applications connect: the primary Service's DNS name, or the external server."""
+    spec = instance.get("spec") or {}
+    external = spec.get("external")
+    if external:
+        return {"host": external["host"], "port": int(external.get("port", PORT))}
+    meta = instance["metadata"]
+    return {"host": f"{Names(meta['name']).primary}.{meta['namespace']}.svc", "port": PORT}
+
+
+def quote_conf(value: str) -> str:
+    """A postgresql.conf value: single-quoted, quotes doubled, no newlines."""
+    if "\n" in value or "\r" in value:
+        raise RenderError("parameter values cannot contain newlines")
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def postgresql_conf(spec: Mapping[str, Any]) -> str:
+    """The server configuration: the operator's settings, then ``spec.parameters``."""
+    replicas = int(spec.get("replicas", 1))
+    mode = (spec.get("replication") or {}).get("mode", "async")
+    lines = [
+        "# Rendered by the postgres operator; edit spec.parameters instead.",
+        "listen_addresses = '*'",
+        f"port = {PORT}",
+        "password_encryption = 'scram-sha-256'",
+        "wal_level = 'replica'",
+        "max_wal_senders = 10",
+        "wal_keep_size = '1GB'",
+        "hot_standby = on",
+    ]
+    if mode == "sync" and replicas > 1:
+        # Commit waits for any one standby: survives the loss of one pod without blocking.
+        lines.append("synchronous_standby_names = 'ANY 1 (*)'")
+    if (spec.get("tls") or {}).get("secretName"):
+        lines += [
+            "ssl = on",
+            f"ssl_cert_file = '{TLS_DIR}/tls.crt'",
+            f"ssl_key_file = '{TLS_DIR}/tls.key'",
+        ]
+    parameters = spec.get("parameters") or {}
+    for name in sorted(parameters):
+        if not _PARAMETER.match(name):
+            raise RenderError(f"parameter name {name!r} is not valid")
+        if name in RESERVED_PARAMETERS:
+            raise RenderError(f"parameter {name!r} is set by the operator and cannot be changed")
+        lines.append(f"{name} = {quote_conf(str(parameters[name]))}")
+    return "\n".join(lines) + "\n"
+
+
+def pg_hba_conf(spec: Mapping[str, Any]) -> str:
+    """Client authentication: SCRAM over TCP (TLS only when TLS is configured)."""
+    tls = bool((spec.get("tls") or {}).get("secretName"))
+    host = "hostssl" if tls else "host"
+    lines = ["local all all trust"]  # inside the pod only (probes, the entrypoint)
+    for net in ("0.0.0.0/0", "::/0"):
+        lines.append(f"{host} replication {REPLICATION_USER} {net} scram-sha-256")
+        lines.append(f"{host} all all {net} scram-sha-256")
+        if tls:
+            lines.append(f"hostnossl all all {net} reject")
+    return "\n".join(lines) + "\n"
+
+
+ENTRYPOINT = f"""#!/bin/bash
+# Pod 0 is the primary. Any other pod clones it once, then starts as a streaming standby.
+set -euo pipefail
+ordinal="${{HOSTNAME##*-}}"
+export PGDATA={PGDATA}
+if [ "$ordinal" != "0" ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
+  until pg_isready -q -h "$PRIMARY_HOST" -p {PORT}; do sleep 2; done
+  rm -rf "$PGDATA"
+  PGPASSWORD="$REPLICATION_PASSWORD" pg_basebackup -h "$PRIMARY_HOST" -p {PORT} \\
+    -U {REPLICATION_USER} -D "$PGDATA" -X stream -R
+  chmod 0700 "$PGDATA"
+fi
+exec docker-entrypoint.sh postgres -c config_file={CONFIG_DIR}/postgresql.conf \\
+  -c hba_file={CONFIG_DIR}/pg_hba.conf
+"""
+
+INIT_REPLICATION = f"""#!/bin/bash
+# Runs once, when the primary's data directory is created (docker-entrypoint-initdb.d).
+set -euo pipefail
+psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -v pw="$REPLICATION_PASSWORD" <<'SQL'
+CREATE ROLE {REPLICATION_USER} WITH REPLICATION LOGIN PASSWORD :'pw';
+SQL
+"""
+
+
+def config_data(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The ConfigMap's data."""
+    return {
+        "postgresql.conf": postgresql_conf(spec),
+        "pg_hba.conf": pg_hba_conf(spec),
+        "entrypoint.sh": ENTRYPOINT,
+        "init-replication.sh": INIT_REPLICATION,
+    }
+
+
+def config_hash(data: Mapping[str, str], spec: Mapping[str, Any]) -> str:
+    """A short hash of everything a running server reads at start: the ConfigMap's data and
+    the TLS Secret's name. Put on the pod template, a change of it rolls the pods."""
+    tls = (spec.get("tls") or {}).get("secretName") or ""
+    blob = json.dumps({"data": dict(data), "tls": tls}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _meta(instance: Mapping[str, Any], name: str, component: str) -> Obj:
+    return {
+        "name": name,
+        "namespace": instance["metadata"]["namespace"],
+        "labels": labels_for(instance["metadata"]["name"], component),
+    }
+
+
+def _selector(instance: Mapping[str, Any]) -> dict[str, str]:
+    return {LABEL_NAME: "postgres", LABEL_INSTANCE: instance["metadata"]["name"]}
+
+
+def configmap(instance: Mapping[str, Any]) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(instance, Names(instance["metadata"]["name"]).config, "config"),
+        "data": config_data(instance.get("spec") or {}),
+    }
+
+
+def superuser_secret(instance: Mapping[str, Any], data: Mapping[str, str]) -> Obj:
+    """The superuser Secret, with ``data`` already base64-encoded."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(instance, Names(instance["metadata"]["name"]).superuser, "credentials"),
+        "data": dict(data),
+    }
+
+
+def headless_service(instance: Mapping[str, Any]) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(instance, Names(instance["metadata"]["name"]).headless, "database"),
+        "spec": {
+            "clusterIP": "None",
+            # Standbys must resolve the primary before it is ready, to wait for it.
+            "publishNotReadyAddresses": True,
+            "selector": _selector(instance),
+            "ports": [{"name": "postgres", "port": PORT, "targetPort": PORT}],
+        },
+    }
+
+
+def primary_service(instance: Mapping[str, Any]) -> Obj:
+    name = instance["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(instance, Names(name).primary, "database"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                **_selector(instance),
+                "statefulset.kubernetes.io/pod-name": f"{name}-0",
+            },
+            "ports": [{"name": "postgres", "port": PORT, "targetPort": PORT}],
+        },
+    }
+
+
+def pod_disruption_budget(instance: Mapping[str, Any]) -> Obj | None:
+    """One pod at a time may be evicted, while there is more than one; else ``None``."""
+    if int((instance.get("spec") or {}).get("replicas", 1)) <= 1:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(instance, Names(instance["metadata"]["name"]).pdb, "database"),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(instance)}},
+    }
+
+
+def spread_constraints(instance: Mapping[str, Any]) -> list[Obj]:
+    """Spread pods across zones and nodes. ``ScheduleAnyway``: a cluster with fewer zones
+    or nodes than replicas still runs them all (stacked), rather than leaving pods pending."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": _selector(instance)},
+        }
+        for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
+    ]
+
+
+def volume_claim_templates(instance: Mapping[str, Any]) -> list[Obj]:
+    storage = (instance.get("spec") or {}).get("storage") or {}
+    spec: Obj = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": storage.get("size", "1Gi")}},
+    }
+    if storage.get("storageClassName"):
+        spec["storageClassName"] = storage["storageClassName"]
+    return [
+        {
+            "metadata": {
+                "name": "data",
+                "labels": labels_for(instance["metadata"]["name"], "data"),
+            },
+            "spec": spec,
+        }
+    ]
+
+
+def _secret_env(name: str, secret: str, key: str) -> Obj:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def statefulset(
+    instance: Mapping[str, Any],
+    *,
+    version: str,
+    image: str,
+    claim_templates: list[Obj] | None = None,
+) -> Obj:
+    """The StatefulSet running ``image`` (PostgreSQL ``version``). ``claim_templates``
+    replaces the rendered ``volumeClaimTemplates`` (they are immutable once created)."""
+    spec = instance.get("spec") or {}
+    name = instance["metadata"]["name"]
+    names = Names(name)
+    data = config_data(spec)
+    labels = labels_for(name, "database")
+    tls_secret = (spec.get("tls") or {}).get("secretName")
+    mounts: list[Obj] = [
+        {"name": "data", "mountPath": DATA_DIR},
+        {"name": "config", "mountPath": CONFIG_DIR},
+        {"name": "initdb", "mountPath": "/docker-entrypoint-initdb.d"},
+    ]
+    volumes: list[Obj] = [
+        {
+            "name": "config",
+            "configMap": {
+                "name": names.config,
+                "items": [
+                    {"key": k, "path": k}
+                    for k in ("postgresql.conf", "pg_hba.conf", "entrypoint.sh")
+                ],
+            },
+        },
+        {
+            "name": "initdb",
+            "configMap": {
+                "name": names.config,
+                "items": [{"key": "init-replication.sh", "path": "init-replication.sh"}],
+            },
+        },
+    ]
+    if tls_secret:
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        # 0640, root-owned, group fsGroup: a key file mode PostgreSQL accepts.
+        volumes.append({"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": 0o640}})
+    probe_command = ["pg_isready", "-q", "-h", "127.0.0.1", "-p", str(PORT), "-U", SUPERUSER]
+    container: Obj = {
+        "name": "postgres",
+        "image": image,
+        "command": ["/bin/bash", f"{CONFIG_DIR}/entrypoint.sh"],
+        "env": [
+            {"name": "POSTGRES_USER", "value": SUPERUSER},
+            _secret_env("POSTGRES_PASSWORD", names.superuser, "password"),
+            _secret_env("REPLICATION_PASSWORD", names.superuser, "replication-password"),
+            {"name": "PGDATA", "value": PGDATA},
+            {"name": "PRIMARY_HOST", "value": f"{name}-0.{names.headless}"},
+        ],
+        "ports": [{"name": "postgres", "containerPort": PORT}],
+        "readinessProbe": {
+            "exec": {"command": probe_command},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "exec": {"command": probe_command},
+            "initialDelaySeconds": 30,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "volumeMounts": mounts,
+    }
+    if spec.get("resources"):
+        container["resources"] = spec["resources"]
+    retention = "Delete" if spec.get("deletionPolicy") == "Delete" else "Retain"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            **_meta(instance, names.statefulset, "database"),
+            "annotations": {ANNOTATION_VERSION: version},
+        },
+        "spec": {
+            "serviceName": names.headless,
+            "replicas": int(spec.get("replicas", 1)),
+            "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": retention,
+                "whenScaled": "Retain",
+            },
+            "selector": {"matchLabels": _selector(instance)},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        ANNOTATION_CONFIG_HASH: config_hash(data, spec),
+                        ANNOTATION_VERSION: version,
+                    },
+                },
+                "spec": {
+                    "securityContext": {
+                        "runAsUser": POSTGRES_UID,
+                        "runAsGroup": POSTGRES_UID,
+                        "fsGroup": POSTGRES_UID,
+                        "runAsNonRoot": True,
+                    },
+                    "terminationGracePeriodSeconds": 60,
+                    "topologySpreadConstraints": spread_constraints(instance),
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+            "volumeClaimTemplates": claim_templates or volume_claim_templates(instance),
+        },
+    }

@@ -1,0 +1,236 @@
+"""The operator's SQL: idempotent role and database management, and a reachability check.
+
+Every statement is composed with ``psycopg.sql``: names are validated
+(:func:`~controllers.postgres.api.check_identifier`) and then quoted as identifiers, values as
+literals. Passwords are sent as SCRAM verifiers (:mod:`controllers.postgres.scram`), never in
+plain text. Errors from the driver are re-raised as :class:`DatabaseError`, whose message is
+the server's first line with the password redacted: safe for conditions and logs.
+
+Connections use ``autocommit`` (``CREATE DATABASE`` cannot run in a transaction) and a 5 s
+connect timeout; each operation opens and closes its own connections (reconciles are rare:
+a pool would hold idle connections on every server for nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import psycopg
+from psycopg import sql
+
+from controllers.postgres import scram
+from controllers.postgres.api import check_identifier
+from controllers.postgres.common import redact
+
+log = logging.getLogger(__name__)
+
+Privileges = Literal["ReadWrite", "ReadOnly"]
+CONNECT_TIMEOUT = 5
+
+
+class DatabaseError(RuntimeError):
+    """A database operation failed; the message is safe to show (no secrets)."""
+
+
+@dataclass(frozen=True)
+class ConnInfo:
+    """How to reach a server as its administrator. The password is kept out of ``repr``."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    dbname: str = "postgres"
+    sslmode: str = "prefer"
+
+    def kwargs(self, dbname: str | None = None) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "dbname": dbname or self.dbname,
+            "sslmode": self.sslmode,
+            "connect_timeout": CONNECT_TIMEOUT,
+            "application_name": "crpy-postgres-operator",
+        }
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """What a role should look like. ``password`` is kept out of ``repr``."""
+
+    name: str
+    password: str = field(repr=False)
+    database: str
+    privileges: Privileges = "ReadWrite"
+    connection_limit: int = -1
+
+
+@dataclass(frozen=True)
+class RoleOutcome:
+    """What :func:`ensure_role` changed."""
+
+    role_created: bool
+    password_set: bool
+    database_created: bool
+
+
+def _safe(err: Exception, *secrets: str | None) -> DatabaseError:
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return DatabaseError(redact(f"{type(err).__name__}: {first}", *secrets))
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    info: ConnInfo, dbname: str | None = None
+) -> AsyncIterator[psycopg.AsyncConnection[tuple[object, ...]]]:
+    """An autocommit connection as the administrator; driver errors become
+    :class:`DatabaseError`."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(autocommit=True, **info.kwargs(dbname))  # type: ignore[arg-type]
+    except psycopg.Error as err:
+        raise _safe(err, info.password) from None
+    try:
+        async with conn:
+            yield conn
+    except psycopg.Error as err:
+        raise _safe(err, info.password) from None
+
+
+async def server_version_num(info: ConnInfo) -> int:
+    """The server's ``server_version_num`` (e.g. 150004): also a reachability check."""
+    async with connect(info) as conn:
+        cur = await conn.execute("SHOW server_version_num")
+        row = await cur.fetchone()
+    assert row is not None
+    return int(str(row[0]))
+
+
+async def _role_verifier(
+    conn: psycopg.AsyncConnection[tuple[object, ...]], name: str
+) -> tuple[bool, str | None]:
+    """(exists, stored verifier or None when unreadable: not a superuser)."""
+    cur = await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
+    if await cur.fetchone() is None:
+        return False, None
+    try:
+        cur = await conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (name,))
+    except psycopg.errors.InsufficientPrivilege:
+        return True, None
+    row = await cur.fetchone()
+    return True, (str(row[0]) if row and row[0] is not None else None)
+
+
+def _grants(role: RoleSpec) -> list[sql.Composed]:
+    """Idempotent GRANT/REVOKE statements run inside the role's database."""
+    r = sql.Identifier(role.name)
+    if role.privileges == "ReadOnly":
+        return [
+            sql.SQL("REVOKE CREATE ON SCHEMA public FROM {}").format(r),
+            sql.SQL(
+                "REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA public FROM {}"
+            ).format(r),
+            sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(r),
+            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(r),
+            sql.SQL("GRANT SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(r),
+        ]
+    return [
+        sql.SQL("GRANT USAGE, CREATE ON SCHEMA public TO {}").format(r),
+        sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA public TO {}").format(r),
+        sql.SQL("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}").format(r),
+    ]
+
+
+async def ensure_role(info: ConnInfo, role: RoleSpec) -> RoleOutcome:
+    """Make ``role`` exist with LOGIN, its password, its connection limit, its database
+    (created, owned by the administrator, when absent) and its grants. Idempotent: an
+    existing role is converged, never dropped and recreated; its password is rewritten only
+    when the stored verifier does not match (or cannot be read)."""
+    check_identifier(role.name, "role name")
+    check_identifier(role.database, "database name")
+    name = sql.Identifier(role.name)
+    limit = sql.Literal(int(role.connection_limit))
+    role_created = password_set = db_created = False
+    async with connect(info) as conn:
+        exists, stored = await _role_verifier(conn, role.name)
+        if not exists:
+            verifier = sql.Literal(scram.verifier(role.password))
+            try:
+                await conn.execute(
+                    sql.SQL(
+                        "CREATE ROLE {} WITH LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB "
+                        "CONNECTION LIMIT {} PASSWORD {}"
+                    ).format(name, limit, verifier)
+                )
+                role_created = password_set = True
+            except psycopg.errors.DuplicateObject:
+                exists = True  # created concurrently (another operator replica): converge
+        if exists:
+            await conn.execute(
+                sql.SQL("ALTER ROLE {} WITH LOGIN CONNECTION LIMIT {}").format(name, limit)
+            )
+            if not scram.verify(stored, role.password):
+                verifier = sql.Literal(scram.verifier(role.password))
+                await conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(name, verifier))
+                password_set = True
+        cur = await conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (role.database,))
+        if await cur.fetchone() is None:
+            try:
+                await conn.execute(
+                    sql.SQL("CREATE DATABASE {}").format(sql.Identifier(role.database))
+                )
+                db_created = True
+            except psycopg.errors.DuplicateDatabase:
+                pass
+        db = sql.Identifier(role.database)
+        if role.privileges == "ReadOnly":
+            await conn.execute(sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM {}").format(db, name))
+            await conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, name))
+        else:
+            await conn.execute(
+                sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(db, name)
+            )
+    async with connect(info, role.database) as conn:
+        for statement in _grants(role):
+            await conn.execute(statement)
+    return RoleOutcome(role_created, password_set, db_created)
+
+
+async def role_exists(info: ConnInfo, name: str) -> bool:
+    async with connect(info) as conn:
+        cur = await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
+        return await cur.fetchone() is not None
+
+
+async def drop_role(info: ConnInfo, name: str, database: str | None) -> bool:
+    """Drop role ``name`` if it exists; return whether it existed. Its sessions are ended;
+    objects it owns in ``database`` and the maintenance database are handed to the
+    administrator (``REASSIGN OWNED``: data is kept), its privileges there revoked
+    (``DROP OWNED``). Objects it owns in other databases make the drop fail (reported, and
+    retried)."""
+    check_identifier(name, "role name")
+    ident = sql.Identifier(name)
+    async with connect(info) as conn:
+        cur = await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
+        if await cur.fetchone() is None:
+            return False
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,)
+        )
+        cur = await conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+        has_database = database is not None and await cur.fetchone() is not None
+    databases: list[str | None] = [None]  # the maintenance database
+    if has_database and database != info.dbname:
+        databases.insert(0, database)
+    for dbname in databases:
+        async with connect(info, dbname) as conn:
+            await conn.execute(sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(ident))
+            await conn.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+    async with connect(info) as conn:
+        await conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
+    return True

@@ -1,0 +1,255 @@
+"""The PostgresUser controller: a single-purpose controller that makes one role exist.
+
+For a PostgresUser it makes the role ``spec.roleName`` exist on the instance's server with
+LOGIN, the password held in ``spec.passwordSecretRef`` (key ``password`` by default), the
+connection limit, the database ``spec.database`` (created when absent) and the grants of
+``spec.privileges`` (``ReadWrite``: use and create in schema ``public``, all on its tables;
+``ReadOnly``: select only). It is idempotent: an existing role is converged, never dropped and
+recreated, and its password is rewritten only when it does not match. Drift (a role dropped
+or changed by hand) is repaired at the next reconcile, at the latest ``resync_after`` seconds
+later (default 600).
+
+Failures of the database are written to the ``Ready`` condition (reason ``DatabaseError``,
+the server's message without secrets) and retried with the controller's backoff. Passwords
+are never logged, put in an event, a condition or a SQL statement in clear.
+
+A finalizer (``postgres.crpy.io/drop-role``) drops the role when the PostgresUser is deleted
+(its objects are reassigned to the administrator: data is kept; the database is kept too).
+When the instance is gone, or is an in-cluster instance being deleted, there is nothing left
+to drop the role from and the finalizer is released without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller_runtime import (
+    ControllerBuilder,
+    EnqueueRequestsFromMapFunc,
+    Request,
+    Result,
+    reconcile_logger,
+)
+from controller_runtime.builder import ControllerHost
+from controller_runtime.client import Client
+from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime.util import EventRecorder, handle_finalization, is_being_deleted, is_true
+from controllers.postgres import sql
+from controllers.postgres.api import (
+    API_VERSION,
+    INSTANCE,
+    USER,
+    USER_FINALIZER,
+    InvalidNameError,
+    check_identifier,
+    ref_name,
+)
+from controllers.postgres.common import (
+    RecorderRunnable,
+    make_recorder,
+    set_conditions,
+    status_copy,
+    write_status,
+)
+from controllers.postgres.connection import (
+    ConfigurationError,
+    SpecOrDeletionChanged,
+    admin_conninfo,
+    read_secret,
+)
+from informers.errors import NotFoundError
+
+Obj = dict[str, Any]
+
+
+def role_spec(user: Obj, password: str) -> sql.RoleSpec:
+    """The role ``user`` asks for; :class:`InvalidNameError` for a name we refuse."""
+    spec = user.get("spec") or {}
+    return sql.RoleSpec(
+        name=check_identifier(str(spec.get("roleName", "")), "spec.roleName"),
+        password=password,
+        database=check_identifier(str(spec.get("database", "")), "spec.database"),
+        privileges="ReadOnly" if spec.get("privileges") == "ReadOnly" else "ReadWrite",
+        connection_limit=int(spec.get("connectionLimit", -1)),
+    )
+
+
+class UserReconciler:
+    """Reconciles one PostgresUser; see the module docs."""
+
+    def __init__(
+        self, client: Client, recorder: EventRecorder, *, resync_after: float = 600.0
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.resync_after = resync_after
+
+    async def _instance(self, user: Obj) -> Obj | None:
+        name = ref_name(user, "instanceRef")
+        if name is None:
+            return None
+        try:
+            return await self.client.get(API_VERSION, INSTANCE, name, user["metadata"]["namespace"])
+        except NotFoundError:
+            return None
+
+    async def reconcile(self, request: Request) -> Result | None:
+        try:
+            user = await self.client.get(API_VERSION, USER, request.name, request.namespace)
+        except NotFoundError:
+            return None
+        instance = await self._instance(user)
+
+        async def drop(obj: Obj) -> None:
+            await self._drop(obj, instance)
+
+        outcome = await handle_finalization(self.client, user, USER_FINALIZER, drop)
+        if outcome.deleting or outcome.obj is None:
+            return None
+        user = outcome.obj
+        generation = user["metadata"].get("generation")
+        status = status_copy(user)
+        status["observedGeneration"] = generation
+        spec = user.get("spec") or {}
+        status["roleName"] = spec.get("roleName")
+        status["database"] = spec.get("database")
+
+        async def not_ready(reason: str, message: str) -> None:
+            set_conditions(status, generation, ("Ready", False, reason, message))
+            await write_status(self.client, user, status)
+
+        if instance is None:
+            await not_ready(
+                "InstanceNotFound",
+                f"PostgresInstance {ref_name(user, 'instanceRef')!r} does not exist",
+            )
+            return None  # its creation brings us back (the instance watch)
+        if not is_true((instance.get("status") or {}).get("conditions") or [], "Ready"):
+            await not_ready(
+                "InstanceNotReady",
+                f"PostgresInstance {instance['metadata']['name']!r} is not Ready",
+            )
+            return None
+        secret_ref = spec.get("passwordSecretRef") or {}
+        try:
+            secret = await read_secret(
+                self.client, str(secret_ref.get("name", "")), user["metadata"]["namespace"]
+            )
+            key = secret_ref.get("key", "password")
+            if secret is None or not secret.get(key):
+                raise ConfigurationError(
+                    f"Secret {secret_ref.get('name')!r} with key {key!r} does not exist"
+                )
+            role = role_spec(user, secret[key])
+            info = await admin_conninfo(self.client, instance)
+        except (ConfigurationError, InvalidNameError) as err:
+            await not_ready("InvalidConfiguration", str(err))
+            raise
+        try:
+            changed = await sql.ensure_role(info, role)
+        except sql.DatabaseError as err:
+            await not_ready("DatabaseError", str(err))
+            raise
+        log = reconcile_logger(__name__)
+        if changed.role_created:
+            log.info("created role %s", role.name)
+            self.recorder.record(
+                user, "Normal", "RoleCreated", f"created role {role.name}", "CreateRole"
+            )
+        elif changed.password_set:
+            log.info("reset the password of role %s", role.name)
+            self.recorder.record(
+                user,
+                "Normal",
+                "PasswordSet",
+                f"set the password of role {role.name}",
+                "ConvergeRole",
+            )
+        if changed.database_created:
+            self.recorder.record(
+                user,
+                "Normal",
+                "DatabaseCreated",
+                f"created database {role.database}",
+                "CreateDatabase",
+            )
+        set_conditions(
+            status,
+            generation,
+            (
+                "Ready",
+                True,
+                "RoleReady",
+                f"role {role.name} can log in to database {role.database} ({role.privileges})",
+            ),
+        )
+        await write_status(self.client, user, status)
+        return Result(requeue_after=self.resync_after)
+
+    async def _drop(self, user: Obj, instance: Obj | None) -> None:
+        spec = user.get("spec") or {}
+        role = str(spec.get("roleName", ""))
+        if instance is None or (
+            is_being_deleted(instance) and not (instance.get("spec") or {}).get("external")
+        ):
+            self.recorder.record(
+                user,
+                "Normal",
+                "RoleNotDropped",
+                "the instance is gone: no role to drop",
+                "DropRole",
+            )
+            return
+        try:
+            check_identifier(role, "spec.roleName")
+        except InvalidNameError:
+            return  # never created
+        info = await admin_conninfo(self.client, instance)
+        try:
+            dropped = await sql.drop_role(info, role, spec.get("database"))
+        except sql.DatabaseError as err:
+            status = status_copy(user)
+            set_conditions(
+                status, user["metadata"].get("generation"), ("Ready", False, "DropFailed", str(err))
+            )
+            await write_status(self.client, user, status)
+            raise
+        if dropped:
+            reconcile_logger(__name__).info("dropped role %s", role)
+            self.recorder.record(user, "Normal", "RoleDropped", f"dropped role {role}", "DropRole")
+
+
+async def setup_user_controller(
+    host: ControllerHost,
+    client: Client,
+    *,
+    options: ControllerOptions | None = None,
+    recorder: EventRecorder | None = None,
+    resync_after: float = 600.0,
+) -> Controller:
+    """Build the PostgresUser controller on ``host``: watches users (spec changes and
+    deletions) and instances (a change, e.g. turning Ready, reconciles their users)."""
+    if recorder is None:
+        recorder = make_recorder(client, "user-controller")
+        add = getattr(host, "add", None)
+        if add is not None:
+            add(RecorderRunnable(recorder))
+    cache = client.cache
+
+    def instance_users(instance: Mapping[str, Any]) -> list[Request]:
+        meta = instance["metadata"]
+        return [
+            Request(meta["namespace"], u["metadata"]["name"])
+            for u in cache.list(API_VERSION, USER, namespace=meta["namespace"])
+            if ref_name(u, "instanceRef") == meta["name"]
+        ]
+
+    return await (
+        ControllerBuilder(host)
+        .named("postgresuser")
+        .for_(API_VERSION, USER, predicates=[SpecOrDeletionChanged()])
+        .watches(API_VERSION, INSTANCE, EnqueueRequestsFromMapFunc(instance_users))
+        .with_options(options)
+        .complete(UserReconciler(client, recorder, resync_after=resync_after))
+    )
