@@ -14,7 +14,10 @@ Stages, each in a fresh interpreter (so memory figures are the stage's own):
 - ``controller``: the same, with a real :class:`~controller_runtime.controller.Controller`
   behind it: handler -> work queue -> workers -> a no-op reconcile per object.
 
-Reported: events per second, and RSS growth per cached object beside the JSON size.
+Reported: events per second, CPU seconds of the timed part, and RSS growth per cached object
+beside the JSON size. In the harness's results (``python -m bench --scenarios core``) the
+``decode`` stage is the implementation ``limit`` (orjson alone, the limit for Python) and the
+other two are ``ours``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +110,12 @@ async def run_stage(stage: str, n: int) -> dict[str, Any]:
     json_per_object = 0.0
     baseline = _rss()
     started = time.perf_counter()
+    cpu_started = time.process_time()
     if stage == "decode":
         for line in lines:
             orjson.loads(line)
         seconds = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
         grown = 0
     else:
         del lines
@@ -137,9 +142,11 @@ async def run_stage(stage: str, n: int) -> dict[str, Any]:
         )
         baseline = _rss()
         started = time.perf_counter()
+        cpu_started = time.process_time()
         task = asyncio.create_task(reflector.run())
         await done.wait()
         seconds = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -153,14 +160,45 @@ async def run_stage(stage: str, n: int) -> dict[str, Any]:
     return {
         "scenario": "core",
         "stage": stage,
-        "implementation": "controller-runtime-py",
+        "implementation": "limit" if stage == "decode" else "ours",
         "objects": n,
         "seconds": seconds,
         "per_second": n / seconds,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cpu_seconds": cpu,
         "rss_per_object": grown / n,
         "json_per_object": json_per_object,
     }
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def run_core(
+    sizes: Sequence[int],
+    stages: Sequence[str] = ("decode", "informer", "controller"),
+    progress: Callable[[str], None] = _say,
+) -> list[dict[str, Any]]:
+    """Every stage at every size, each in a fresh interpreter; the results."""
+    results = []
+    for n in sizes:
+        for stage in stages:
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.core", "--child", stage, str(n)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(result)
+            progress(
+                f"  core {stage:10} {n:>8} objects  {result['seconds']:7.2f}s  "
+                f"{result['per_second']:>9.0f} events/s  "
+                f"RSS {result['rss_per_object']:5.0f} B/object "
+                f"(JSON {result['json_per_object']:4.0f} B)"
+            )
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -173,24 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(asyncio.run(run_stage(args.child[0], int(args.child[1])))))
         return
-    results = []
-    for n in args.objects or [100_000]:
-        for stage in args.stages.split(","):
-            out = subprocess.run(
-                [sys.executable, "-m", "bench.core", "--child", stage, str(n)],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            results.append(result)
-            print(
-                f"{stage:10} {n:>8} objects  {result['seconds']:7.2f}s  "
-                f"{result['per_second']:>9.0f} events/s  "
-                f"RSS {result['rss_per_object']:5.0f} B/object "
-                f"(JSON {result['json_per_object']:4.0f} B)",
-                flush=True,
-            )
+    results = run_core(args.objects or [100_000], args.stages.split(","))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

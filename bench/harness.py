@@ -1,0 +1,678 @@
+"""The benchmark harness: ``python -m bench`` (``make bench``). See docs/benchmarks.md.
+
+One local control plane (:class:`~controller_runtime.envtest.ControlPlane`) for the whole run.
+Each implementation gets its own namespace holding the same N Tasks (created up front with
+concurrent POSTs), and runs as its own OS process, one after another, so that its RSS and CPU
+are its own and nothing else of the benchmark runs beside it but the harness's observer and
+loader.
+
+Scenarios (all observed from outside through the harness's own watch, the same way for every
+implementation; see :mod:`bench.kube`):
+
+``sync``
+    The implementation starts with N Tasks that have no status. Measured from process start
+    until every Task's ``status.observedGeneration`` equals its ``metadata.generation`` (each
+    has been reconciled once, and its derived status written): seconds, peak RSS, CPU seconds.
+``churn``
+    The same process, once synced: the harness's loader patches ``spec.details`` of every Task
+    once, at a fixed rate (open loop). Lag of one update = from the loader sending the patch to
+    the observer seeing the status reach the generation that patch made. p50/p99 lag, and
+    updates per second from the first send to the last status seen.
+``write-heavy``
+    A new process in write-heavy mode (every reconcile writes: see
+    :mod:`bench.runners.stamp`) on the same namespace; ``rounds`` writes per Task. Writes per
+    second from the first stamped status seen to the last. Beside it, ``limit``: a plain
+    aiohttp client making the same writes (:mod:`bench.runners.limit`).
+``core``
+    :mod:`bench.core` (no API server): decode -> store -> queue -> no-op reconcile from
+    recorded watch bytes, beside orjson decoding alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.kube import TaskObserver, churn, create_tasks, task_name
+from bench.procs import Child, cpu_seconds
+from bench.report import Result
+from controller_runtime.envtest.binaries import BinaryError
+
+SCENARIOS = ("sync", "churn", "write-heavy", "core")
+CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy")
+IMPLEMENTATIONS = ("ours", "go", "kopf")
+RESULTS_DIR = Path(__file__).with_name("results")
+REPO = Path(__file__).resolve().parents[1]
+KOPF_FILE = Path(__file__).with_name("peers") / "kopf_task.py"
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the command line decides; defaults in :func:`parser`."""
+
+    scenarios: tuple[str, ...]
+    implementations: tuple[str, ...]
+    objects: int
+    core_objects: tuple[int, ...]
+    workers: int
+    churn_rate: float
+    write_rounds: int
+    limit_concurrency: tuple[int, ...]
+    repeat: int
+    timeout: float
+    json_path: Path
+    plots_dir: Path
+    logs_dir: Path
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _ints(value: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in _csv(value))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Reconcile-throughput benchmarks of this runtime beside a Go "
+        "controller-runtime peer and a kopf peer, on one local control plane.",
+    )
+    p.add_argument(
+        "--scenarios",
+        type=_csv,
+        default=SCENARIOS,
+        help=f"comma-separated, of {','.join(SCENARIOS)} (default: all)",
+    )
+    p.add_argument(
+        "--implementations",
+        type=_csv,
+        default=IMPLEMENTATIONS,
+        help=f"comma-separated, of {','.join(IMPLEMENTATIONS)} (default: all); "
+        "write-heavy always adds the plain-client limit",
+    )
+    p.add_argument("--objects", type=int, help="Tasks per implementation (default 10000)")
+    p.add_argument(
+        "--core-objects",
+        type=_ints,
+        help="comma-separated sizes of the core scenario (default 100000,1000000)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=32,
+        help="concurrent reconciles of ours and the Go peer (kopf has one worker per object; "
+        "default: %(default)s)",
+    )
+    p.add_argument(
+        "--churn-rate",
+        type=float,
+        default=100.0,
+        help="churn updates per second sent by the loader (default: %(default)s)",
+    )
+    p.add_argument(
+        "--write-rounds",
+        type=int,
+        default=1,
+        help="write-heavy: status writes per Task (default: %(default)s)",
+    )
+    p.add_argument(
+        "--limit-concurrency",
+        type=_ints,
+        default=(16, 64),
+        help="write-heavy: requests in flight of the plain client; several values run it "
+        "once each, the best is the limit (default: 16,64)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of sync and write-heavy per implementation, in rotating order, each on "
+        "fresh Tasks; the table shows the median run (churn runs once; default: %(default)s)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds one measured phase may take before it is recorded as incomplete "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 1000 Tasks, core at 20000, 120 s timeout",
+    )
+    p.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json", dest="json_path")
+    p.add_argument("--plots", type=Path, default=RESULTS_DIR, dest="plots_dir")
+    return p
+
+
+def settings_from(argv: Sequence[str] | None = None) -> Settings:
+    p = parser()
+    args = p.parse_args(argv)
+    unknown = [s for s in args.scenarios if s not in SCENARIOS]
+    unknown += [i for i in args.implementations if i not in IMPLEMENTATIONS]
+    if unknown:
+        p.error(f"unknown: {', '.join(unknown)}")
+    objects = args.objects or (1000 if args.quick else 10000)
+    core = args.core_objects or ((20000,) if args.quick else (100_000, 1_000_000))
+    return Settings(
+        scenarios=tuple(s for s in SCENARIOS if s in args.scenarios),
+        implementations=tuple(args.implementations),
+        objects=objects,
+        core_objects=core,
+        workers=args.workers,
+        churn_rate=args.churn_rate,
+        write_rounds=args.write_rounds,
+        limit_concurrency=args.limit_concurrency,
+        repeat=max(1, args.repeat),
+        timeout=min(args.timeout, 120.0) if args.quick else args.timeout,
+        json_path=args.json_path,
+        plots_dir=args.plots_dir,
+        logs_dir=args.plots_dir / "logs",
+    )
+
+
+# -- versions ---------------------------------------------------------------------------------
+
+
+def versions() -> dict[str, str]:
+    from bench.peers.gopeer import controller_runtime_version  # noqa: PLC0415
+    from controller_runtime.envtest import ETCD_VERSION, KUBERNETES_VERSION  # noqa: PLC0415
+
+    def dist(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    go = shutil.which("go")
+    go_version = (
+        subprocess.run(
+            [go, "env", "GOVERSION"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        if go
+        else "none"
+    )
+    return {
+        "python": platform.python_version(),
+        "ours": dist("controller-runtime-py"),
+        "kopf": dist("kopf"),
+        "uvloop": dist("uvloop"),
+        "aiohttp": dist("aiohttp"),
+        "orjson": dist("orjson"),
+        "controller-runtime": controller_runtime_version(),
+        "go": go_version,
+        "kube-apiserver": KUBERNETES_VERSION,
+        "etcd": ETCD_VERSION,
+    }
+
+
+def version_of(implementation: str, v: dict[str, str]) -> str:
+    if implementation == "go":
+        return f"controller-runtime {v['controller-runtime']}, {v['go']}"
+    if implementation == "kopf":
+        return f"kopf {v['kopf']}, Python {v['python']}"
+    return f"controller-runtime-py {v['ours']}, Python {v['python']}"
+
+
+# -- one implementation process ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one implementation against one namespace."""
+
+    implementation: str
+    namespace: str
+    mode: str = "normal"
+    stamp: str = ""
+    rounds: int = 1
+    concurrency: int = 64
+
+
+class Cluster:
+    """The shared state of the cluster scenarios of one run."""
+
+    def __init__(self, settings: Settings, kubeconfig: Path, server_pids: list[int]) -> None:
+        self.settings = settings
+        self.kubeconfig = kubeconfig
+        self.server_pids = server_pids
+        self.versions = versions()
+        self.go_binary: Path | None = None
+        self.run_id = time.strftime("%H%M%S")
+        self.results: list[Result] = []
+
+    def command(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        workers = str(self.settings.workers)
+        if launch.implementation == "ours":
+            command = [
+                sys.executable,
+                "-m",
+                "bench.runners.ours",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--namespace={launch.namespace}",
+                f"--mode={launch.mode}",
+                f"--stamp={launch.stamp}",
+                f"--rounds={launch.rounds}",
+                f"--workers={workers}",
+            ]
+        elif launch.implementation == "go":
+            assert self.go_binary is not None
+            command = [
+                str(self.go_binary),
+                f"-namespace={launch.namespace}",
+                f"-mode={launch.mode}",
+                f"-stamp={launch.stamp}",
+                f"-rounds={launch.rounds}",
+                f"-workers={workers}",
+            ]
+        elif launch.implementation == "kopf":
+            env |= {
+                "BENCH_MODE": launch.mode,
+                "BENCH_STAMP": launch.stamp,
+                "BENCH_ROUNDS": str(launch.rounds),
+            }
+            command = [
+                sys.executable,
+                "-m",
+                "kopf",
+                "run",
+                "--standalone",
+                "--quiet",
+                f"--namespace={launch.namespace}",
+                str(KOPF_FILE),
+            ]
+        elif launch.implementation == "limit":
+            command = [
+                sys.executable,
+                "-m",
+                "bench.runners.limit",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--namespace={launch.namespace}",
+                f"--stamp={launch.stamp}",
+                f"--rounds={launch.rounds}",
+                f"--concurrency={launch.concurrency}",
+            ]
+        else:
+            raise ValueError(launch.implementation)
+        return command, env
+
+    def start(self, launch: Launch, scenario: str, repeat: int) -> Child:
+        command, env = self.command(launch)
+        name = launch.implementation
+        if name == "limit":
+            name += str(launch.concurrency)
+        log = self.settings.logs_dir / f"{scenario}-{repeat}-{name}.log"
+        return Child.start(launch.implementation, command, env, log)
+
+    def server_cpu(self) -> float | None:
+        return cpu_seconds(self.server_pids) if self.server_pids else None
+
+    def namespace(self, implementation: str, repeat: int = 0) -> str:
+        return f"bench-{implementation}-{self.run_id}-{repeat}"
+
+    def base(self, scenario: str, implementation: str) -> Result:
+        return {
+            "scenario": scenario,
+            "implementation": implementation,
+            "objects": self.settings.objects,
+            "version": version_of(implementation, self.versions),
+        }
+
+
+async def _progress_until(
+    observer: TaskObserver,
+    child: Child,
+    label: str,
+    count: Callable[[], int],
+    timeout: float,
+    *,
+    extra_done: Callable[[], bool] | None = None,
+) -> bool:
+    """Wait until ``count()`` reaches N (and ``extra_done()``, when given), printing progress
+    every 5 s. False on timeout or if the child died."""
+    n = len(observer.objects)
+    deadline = time.monotonic() + timeout
+    last = time.monotonic()
+
+    def done() -> bool:
+        return count() >= n and (extra_done is None or extra_done())
+
+    while not done():
+        if not child.alive() and (child.name != "limit" or child.popen.returncode != 0):
+            say(f"  {label}: the process exited ({child.popen.returncode}):\n{child.log_tail()}")
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            say(f"  {label}: timed out at {count()}/{n}")
+            return False
+        await observer.wait(done, min(remaining, 5.0))
+        now = time.monotonic()
+        if now - last >= 5:
+            last = now
+            rss = child.rss()
+            cpu = child.cpu_seconds()
+            say(
+                f"  {label}: {count()}/{n}, {now - child.started:.0f}s, "
+                f"RSS {(rss or 0) / 2**20:.0f} MiB, CPU {cpu or 0:.1f}s"
+            )
+    return True
+
+
+async def run_sync_and_churn(
+    cluster: Cluster, implementation: str, transport: Any, *, repeat: int, churning: bool
+) -> None:
+    """The sync scenario and, in the same process once synced (and ``churning``), churn."""
+    s = cluster.settings
+    namespace = cluster.namespace(implementation, repeat)
+    observer = TaskObserver(transport, namespace)
+    await observer.start()
+    n = len(observer.objects)
+    if observer.reconciled:
+        raise RuntimeError(f"{namespace} has reconciled Tasks already; a fresh one is needed")
+    server_before = cluster.server_cpu()
+    child = cluster.start(Launch(implementation, namespace), "sync", repeat)
+    label = f"sync/{implementation}"
+    say(f"[{label}] started pid {child.pid} on {namespace}")
+    try:
+        ok = await _progress_until(observer, child, label, lambda: observer.reconciled, s.timeout)
+        done_at = time.monotonic()
+        seconds = done_at - child.started
+        server_after = cluster.server_cpu()
+        sync: Result = cluster.base("sync", implementation) | {
+            "seconds": seconds,
+            "per_second": observer.reconciled / seconds,
+            "peak_rss_bytes": child.peak_rss(),
+            "cpu_seconds": child.cpu_seconds(),
+            "server_cpu_seconds": _delta(server_before, server_after),
+            "workers": s.workers,
+            "complete": ok,
+        }
+        if not ok:
+            sync["objects_done"] = observer.reconciled
+        say(f"[{label}] {_summary(sync)}")
+        if "sync" in s.scenarios:
+            cluster.results.append(sync)
+        if churning and ok:
+            await asyncio.sleep(1.0)  # let the echoes of the last status writes arrive
+            cluster.results.append(await _churn(cluster, implementation, observer, child, n))
+    finally:
+        child.stop()
+        await observer.stop()
+
+
+async def _churn(
+    cluster: Cluster, implementation: str, observer: TaskObserver, child: Child, n: int
+) -> Result:
+    s = cluster.settings
+    label = f"churn/{implementation}"
+    names = [task_name(i) for i in range(n)]
+    cpu_before = child.cpu_seconds()
+    server_before = cluster.server_cpu()
+    say(f"[{label}] {n} updates at {s.churn_rate:.0f}/s")
+    loading = asyncio.create_task(
+        churn(observer.transport, observer.namespace, names, rate=s.churn_rate, progress=say)
+    )
+
+    def caught_up() -> bool:
+        if not loading.done():
+            return False
+        target = loading.result().target_generation
+        return all(
+            observer.objects[name].observed_generation >= generation
+            for name, generation in target.items()
+        )
+
+    ok = await _progress_until(
+        observer, child, label, lambda: observer.reconciled, s.timeout, extra_done=caught_up
+    )
+    if not loading.done():
+        loading.cancel()
+    done_at = time.monotonic()
+    cpu_after = child.cpu_seconds()
+    server_after = cluster.server_cpu()
+    load = await loading if ok else None
+    lags: list[float] = []
+    last_seen = done_at
+    if load is not None:
+        last_seen = 0.0
+        for name, generation in load.target_generation.items():
+            history = observer.objects[name].first_reconciled
+            reached = [t for g, t in history.items() if g >= generation]
+            if reached:
+                seen = min(reached)
+                lags.append(seen - load.sent_at[name])
+                last_seen = max(last_seen, seen)
+        if load.failures:
+            say(f"  {label}: {load.failures} loader writes failed")
+    first_sent = load.first_sent if load is not None else done_at
+    seconds = max(last_seen - first_sent, 1e-9)
+    result: Result = cluster.base("churn", implementation) | {
+        "seconds": seconds,
+        "per_second": len(lags) / seconds,
+        "peak_rss_bytes": child.peak_rss(),
+        "cpu_seconds": _delta(cpu_before, cpu_after),
+        "server_cpu_seconds": _delta(server_before, server_after),
+        "workers": s.workers,
+        "complete": ok and len(lags) == n,
+    }
+    if lags:
+        result |= {
+            "p50_seconds": report.percentile(lags, 50),
+            "p99_seconds": report.percentile(lags, 99),
+            "lag_quantiles": report.quantiles(lags),
+        }
+    if not result["complete"]:
+        result["objects_done"] = len(lags)
+    say(f"[{label}] {_summary(result)}")
+    return result
+
+
+async def run_write_heavy(cluster: Cluster, launch: Launch, transport: Any, repeat: int) -> Result:
+    s = cluster.settings
+    observer = TaskObserver(transport, launch.namespace, stamp=launch.stamp, rounds=launch.rounds)
+    await observer.start()
+    n = len(observer.objects)
+    server_before = cluster.server_cpu()
+    child = cluster.start(launch, "write-heavy", repeat)
+    label = f"write-heavy/{launch.implementation}"
+    say(f"[{label}] started pid {child.pid} on {launch.namespace}, {launch.rounds} write(s)/Task")
+    try:
+        ok = await _progress_until(
+            observer, child, label, lambda: observer.fully_stamped, s.timeout
+        )
+        if launch.implementation == "limit" and ok:
+            child.wait_exit(30)  # it exits when done: then its rusage is all there is
+        cpu = child.cpu_seconds()
+        peak = child.peak_rss()
+        server_after = cluster.server_cpu()
+    finally:
+        code = child.stop()
+        await observer.stop()
+    if launch.implementation == "limit" and code not in (0, None):
+        say(f"  {label}: exited {code}:\n{child.log_tail()}")
+    first = observer.first_stamp_at or child.started
+    last = observer.last_stamp_at or time.monotonic()
+    seconds = max(last - first, 1e-9)
+    result: Result = cluster.base("write-heavy", launch.implementation) | {
+        "objects": n,
+        "seconds": seconds,
+        "per_second": observer.stamped_writes / seconds,
+        "peak_rss_bytes": peak,
+        "cpu_seconds": cpu,
+        "server_cpu_seconds": _delta(server_before, server_after),
+        "rounds": launch.rounds,
+        "complete": ok,
+    }
+    if launch.implementation == "limit":
+        result["concurrency"] = launch.concurrency
+        result["version"] = f"aiohttp {cluster.versions['aiohttp']}, no framework"
+    else:
+        result["workers"] = s.workers
+    if not ok:
+        result["objects_done"] = observer.fully_stamped
+    say(f"[{label}] {_summary(result)}")
+    return result
+
+
+def _delta(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+def _summary(result: Result) -> str:
+    text = (
+        f"{result['seconds']:.2f}s, {result['per_second']:,.0f}/s, "
+        f"peak RSS {(result['peak_rss_bytes'] or 0) / 2**20:.0f} MiB, "
+        f"CPU {result['cpu_seconds'] or 0:.1f}s"
+    )
+    if "p50_seconds" in result:
+        text += f", lag p50 {result['p50_seconds'] * 1000:.0f} ms p99 "
+        text += f"{result['p99_seconds'] * 1000:.0f} ms"
+    if not result.get("complete", True):
+        text += f" (INCOMPLETE: {result.get('objects_done')} done)"
+    return text
+
+
+async def run_cluster(cluster: Cluster) -> None:
+    from informers.config import load_kubeconfig  # noqa: PLC0415
+    from informers.transport import Transport  # noqa: PLC0415
+
+    s = cluster.settings
+    config = await load_kubeconfig(cluster.kubeconfig)
+    async with Transport(config, max_connections=128) as transport:
+        for repeat in range(s.repeat):
+            # Rotate the order, so that no implementation always runs first or last.
+            shift = repeat % len(s.implementations)
+            order = s.implementations[shift:] + s.implementations[:shift]
+            for implementation in order:
+                namespace = cluster.namespace(implementation, repeat)
+                say(f"creating {s.objects} Tasks in {namespace}")
+                took = await create_tasks(transport, namespace, s.objects, progress=say)
+                say(f"  created in {took:.1f}s ({s.objects / took:.0f}/s)")
+            if "sync" in s.scenarios or ("churn" in s.scenarios and repeat == 0):
+                for implementation in order:
+                    await run_sync_and_churn(
+                        cluster,
+                        implementation,
+                        transport,
+                        repeat=repeat,
+                        churning="churn" in s.scenarios and repeat == 0,
+                    )
+            if "write-heavy" in s.scenarios:
+                await _write_heavy_round(cluster, transport, order, repeat)
+
+
+async def _write_heavy_round(
+    cluster: Cluster, transport: Any, order: Sequence[str], repeat: int
+) -> None:
+    s = cluster.settings
+    for implementation in order:
+        launch = Launch(
+            implementation,
+            cluster.namespace(implementation, repeat),
+            mode="write-heavy",
+            stamp=f"{implementation}-{cluster.run_id}-{repeat}",
+            rounds=s.write_rounds,
+        )
+        cluster.results.append(await run_write_heavy(cluster, launch, transport, repeat))
+    # The limit writes to the first implementation's namespace, with its own stamp; the best
+    # of its concurrencies is the limit.
+    limits = []
+    for concurrency in s.limit_concurrency:
+        launch = Launch(
+            "limit",
+            cluster.namespace(order[0], repeat),
+            mode="write-heavy",
+            stamp=f"limit{concurrency}-{cluster.run_id}-{repeat}",
+            rounds=s.write_rounds,
+            concurrency=concurrency,
+        )
+        limits.append(await run_write_heavy(cluster, launch, transport, repeat))
+    cluster.results.append(max(limits, key=lambda r: r["per_second"]))
+
+
+def run(settings: Settings) -> list[Result]:
+    results: list[Result] = []
+    cluster_scenarios = [s for s in settings.scenarios if s in CLUSTER_SCENARIOS]
+    started = time.monotonic()
+    if cluster_scenarios:
+        results += _run_cluster_scenarios(settings)
+    if "core" in settings.scenarios:
+        from bench.core import run_core  # noqa: PLC0415
+
+        say(f"core: {', '.join(map(str, settings.core_objects))} objects")
+        results += run_core(settings.core_objects, progress=say)
+    say(f"all done in {time.monotonic() - started:.0f}s")
+    return results
+
+
+def _run_cluster_scenarios(settings: Settings) -> list[Result]:
+    from controller_runtime.envtest import ControlPlane  # noqa: PLC0415
+
+    cluster_settings = settings
+    go_binary = None
+    if "go" in settings.implementations:
+        from bench.peers.gopeer import peer_binary  # noqa: PLC0415
+
+        go_binary = peer_binary(progress=say)
+    if "kopf" in settings.implementations:
+        try:
+            importlib.metadata.version("kopf")
+        except importlib.metadata.PackageNotFoundError:
+            say("kopf is not installed (pip install -e '.[bench]'); skipping the kopf peer")
+            cluster_settings = replace(
+                settings,
+                implementations=tuple(i for i in settings.implementations if i != "kopf"),
+            )
+    for old in settings.logs_dir.glob("*.log"):
+        old.unlink()
+    say("starting the local control plane")
+    with ControlPlane() as plane:
+        cluster = Cluster(cluster_settings, plane.kubeconfig, plane.pids())
+        cluster.go_binary = go_binary
+        asyncio.run(run_cluster(cluster))
+        return cluster.results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = settings_from(argv)
+    say(
+        f"bench: scenarios {','.join(settings.scenarios)}; implementations "
+        f"{','.join(settings.implementations)}; {settings.objects} Tasks; "
+        f"{os.cpu_count()} CPUs"
+    )
+    try:
+        results = report.median_of_runs(run(settings))
+    except BinaryError as err:
+        say(f"bench: {err}")
+        return 1
+    report.write_json(settings.json_path, results)
+    print(report.format_table(results), flush=True)
+    say(f"results: {settings.json_path}")
+    try:
+        from bench.plots import write_plots  # noqa: PLC0415
+    except ImportError as err:
+        say(f"no plots ({err}; pip install -e '.[bench]')")
+    else:
+        for path in write_plots(results, settings.plots_dir):
+            say(f"plot: {path}")
+    return 0

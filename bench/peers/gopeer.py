@@ -1,0 +1,80 @@
+"""Building the Go peer (``bench/peers/go``) once, into the cache directory.
+
+The binary lands in ``<cache_root>/bench/go-peer-<hash>/task-peer``, where the hash covers
+``go.mod``, ``go.sum`` and ``main.go``: an edit of any of them builds anew, an unchanged tree
+reuses the binary. As for the control-plane binaries (:mod:`controller_runtime.envtest.binaries`)
+the build is from the committed module files, ``-mod=readonly``, with the Go on PATH and the
+module proxy, showing progress; nothing lands in the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from controller_runtime.envtest.binaries import (
+    BinaryError,
+    Progress,
+    _build_lock,
+    _run_with_progress,
+    _stderr,
+    cache_root,
+)
+
+SOURCE = Path(__file__).with_name("go")
+FILES = ("go.mod", "go.sum", "main.go")
+
+
+def source_hash() -> str:
+    digest = hashlib.sha256()
+    for name in FILES:
+        digest.update(name.encode() + b"\0" + (SOURCE / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def controller_runtime_version() -> str:
+    """The pinned sigs.k8s.io/controller-runtime version, from go.mod."""
+    found = re.search(r"sigs\.k8s\.io/controller-runtime (v\S+)", (SOURCE / "go.mod").read_text())
+    return found.group(1) if found else "unknown"
+
+
+def peer_binary(*, build: bool = True, progress: Progress = _stderr) -> Path:
+    """The Go peer's executable, built first when missing. Raises :class:`BinaryError`."""
+    target = cache_root() / "bench" / f"go-peer-{source_hash()}"
+    binary = target / "task-peer"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    if not build:
+        raise BinaryError(f"the Go peer is not built yet ({binary})")
+    go = shutil.which("go")
+    if go is None:
+        raise BinaryError("building the Go peer needs Go (>= 1.26) on PATH")
+    target.mkdir(parents=True, exist_ok=True)
+    with _build_lock(target):
+        if binary.is_file():
+            return binary
+        with tempfile.TemporaryDirectory(prefix="go-peer-", dir=target.parent) as work:
+            workdir = Path(work)
+            for name in FILES:
+                shutil.copy(SOURCE / name, workdir / name)
+            out = workdir / "task-peer"
+            env = {
+                **os.environ,
+                "CGO_ENABLED": "0",
+                "GOWORK": "off",
+                "GOFLAGS": "-mod=readonly -buildvcs=false",
+                "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "local"),
+            }
+            label = f"the Go peer (controller-runtime {controller_runtime_version()})"
+            progress(f"building {label} from Go modules (first time only; about 2 minutes)")
+            command = [go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."]
+            _run_with_progress(command, workdir, env, label, progress)
+            tmp = target / ".task-peer.tmp"
+            shutil.move(str(out), tmp)
+            tmp.chmod(0o755)
+            tmp.replace(binary)
+    return binary

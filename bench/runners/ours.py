@@ -1,0 +1,122 @@
+"""Our implementation in the benchmark: the real Task controller on a real Manager.
+
+    python -m bench.runners.ours --kubeconfig FILE --namespace NS [--mode write-heavy ...]
+
+``normal``: exactly the operator's ``controllers.task`` (derive the status, write it only when
+it changes, reconcile on spec changes), on a :class:`~controller_runtime.manager.Manager`
+restricted to NS, with leader election, metrics and probes off, uvloop when installed (as
+``python -m controllers`` runs), logging at WARNING. ``write-heavy``: the same reconciler
+body, but every reconcile writes (see :mod:`bench.runners.stamp`) and the controller has no
+predicate, so each status write comes back as an event and is reconciled again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.runners.stamp import stamped
+from controller_runtime import ControllerBuilder, Request, Result
+from controller_runtime.client import Client
+from controller_runtime.controller import ControllerOptions
+from controller_runtime.manager import (
+    Manager,
+    ManagerOptions,
+    install_uvloop,
+    run_until_signalled,
+)
+from controllers.logsetup import configure_logging
+from controllers.task import (
+    TASK_API_VERSION,
+    TASK_KIND,
+    TaskReconciler,
+    derive_status,
+    setup_task_controller,
+)
+from informers.config import load_kubeconfig
+from informers.errors import NotFoundError
+
+
+class WriteHeavyTaskReconciler(TaskReconciler):
+    """The Task reconciler that writes on every reconcile, up to ``rounds`` per object."""
+
+    def __init__(self, client: Client, *, stamp: str, rounds: int) -> None:
+        super().__init__(client)
+        self.stamp = stamp
+        self.rounds = rounds
+
+    async def reconcile(self, request: Request) -> Result | None:
+        try:
+            task = await self.client.get(
+                TASK_API_VERSION, TASK_KIND, request.name, request.namespace
+            )
+        except NotFoundError:
+            return None
+        now = self.clock()
+        derived, _ = derive_status(task, now)
+        generation = task.get("metadata", {}).get("generation")
+        status = stamped(
+            derived,
+            task.get("status"),
+            stamp=self.stamp,
+            rounds=self.rounds,
+            generation=generation,
+            now=now,
+        )
+        if status is not None:
+            patch = {
+                "metadata": {"resourceVersion": task["metadata"]["resourceVersion"]},
+                "status": status,
+            }
+            await self.client.patch_status(task, patch)
+        return None
+
+
+async def run(args: argparse.Namespace) -> int:
+    config = await load_kubeconfig(Path(args.kubeconfig))
+    manager = Manager(
+        config,
+        ManagerOptions(
+            namespaces=[args.namespace],
+            leader_election=None,
+            metrics_bind_address=None,
+            health_probe_bind_address=None,
+        ),
+    )
+    options = ControllerOptions(max_concurrent_reconciles=args.workers)
+    if args.mode == "normal":
+        await setup_task_controller(manager, manager.client, options=options)
+    else:
+        reconciler = WriteHeavyTaskReconciler(manager.client, stamp=args.stamp, rounds=args.rounds)
+        await (
+            ControllerBuilder(manager)
+            .named("task")
+            .for_(TASK_API_VERSION, TASK_KIND)
+            .with_options(options)
+            .complete(reconciler)
+        )
+    await run_until_signalled(manager)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.runners.ours", description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--mode", choices=["normal", "write-heavy"], default="normal")
+    parser.add_argument("--stamp", default="")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args(argv)
+    configure_logging("warning", "text")
+    logging.getLogger().setLevel(logging.WARNING)
+    install_uvloop()
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
