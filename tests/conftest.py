@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from controller_runtime.envtest import ControlPlane
+from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from informers.config import ClusterConfig, load_kubeconfig
 from informers.errors import ConflictError
 from informers.transport import Transport
@@ -19,6 +19,21 @@ from informers.transport import Transport
 def control_plane() -> Iterator[ControlPlane]:
     """etcd + kube-apiserver (or USE_EXISTING_CLUSTER's cluster) with the CRDs installed."""
     with ControlPlane() as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def throttled_plane() -> Iterator[ControlPlane]:
+    """A second local control plane with at most one request in flight (the classic
+    max-in-flight filter, without APF), for real 429s. Started only when a test asks."""
+    if use_existing_cluster():
+        pytest.skip("needs a local control plane with its own flags")
+    args = {
+        "--enable-priority-and-fairness": "false",
+        "--max-requests-inflight": "1",
+        "--max-mutating-requests-inflight": "1",
+    }
+    with ControlPlane(crd_directory=None, extra_apiserver_args=args) as plane:
         yield plane
 
 

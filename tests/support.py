@@ -8,7 +8,9 @@ from typing import Any
 
 import orjson
 
+from controller_runtime.envtest import ControlPlane
 from informers._framing import LineFramer
+from informers.config import load_kubeconfig
 from informers.transport import Transport
 
 Event = Mapping[str, Any]
@@ -41,3 +43,51 @@ async def watch_until(
 def condition_true(obj: Mapping[str, Any], condition_type: str) -> bool:
     conditions = obj.get("status", {}).get("conditions", [])
     return any(c.get("type") == condition_type and c.get("status") == "True" for c in conditions)
+
+
+async def grant_list_configmaps(plane: ControlPlane, user: str) -> None:
+    """Let ``user`` list ConfigMaps cluster-wide, with an explicit ClusterRole (the built-in
+    "view" is an aggregated role, and aggregation needs the controller-manager the local
+    control plane does not run)."""
+    async with Transport(await load_kubeconfig(plane.kubeconfig)) as admin:
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        name = f"{user}-list-configmaps"
+        role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
+        }
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }  # fmt: skip
+        await admin.request("POST", f"{rbac}/clusterroles", body=role)
+        await admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
+
+
+async def until_allowed(
+    transport: Transport, verb: str, resource: str, namespace: str | None = None
+) -> None:
+    """Ask the server (SelfSubjectAccessReview) until RBAC lets ``transport``'s identity do
+    ``verb`` on ``resource``: the authorizer reads RBAC from its own informer, so a new
+    binding takes effect a moment after it is created."""
+    attributes = {"verb": verb, "resource": resource}
+    if namespace:
+        attributes["namespace"] = namespace
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attributes},
+    }
+    for _ in range(200):
+        answer = await transport.request(
+            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
+        )
+        if answer.json()["status"].get("allowed"):
+            return
+    raise AssertionError(f"RBAC never allowed {verb} {resource}")

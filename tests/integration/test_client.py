@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -34,6 +34,7 @@ from informers.discovery import Discovery
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
 from informers.transport import Transport
+from tests.support import grant_list_configmaps, until_allowed
 
 pytestmark = pytest.mark.integration
 
@@ -167,71 +168,18 @@ async def test_forbidden_for_an_identity_rbac_gives_nothing(
 # ------------------------------------------------------------------ 429 from a throttled plane
 
 
-@pytest.fixture(scope="module")
-def throttled_plane() -> Iterator[ControlPlane]:
-    """At most one request in flight (the classic max-in-flight filter, without APF)."""
-    if use_existing_cluster():
-        pytest.skip("needs a local control plane with its own flags")
-    args = {
-        "--enable-priority-and-fairness": "false",
-        "--max-requests-inflight": "1",
-        "--max-mutating-requests-inflight": "1",
-    }
-    with ControlPlane(crd_directory=None, extra_apiserver_args=args) as p:
-        yield p
-
-
-async def _grant_list_configmaps(plane: ControlPlane, user: str) -> None:
-    async with Transport(await load_kubeconfig(plane.kubeconfig)) as admin:
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        role = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": f"{user}-list-configmaps"},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
-        }
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"{user}-list-configmaps"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": f"{user}-list-configmaps",
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-        }
-        await admin.request("POST", f"{rbac}/clusterroles", body=role)
-        await admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
-
-
-async def _until_allowed(transport: Transport) -> None:
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": {"verb": "list", "resource": "configmaps"}},
-    }
-    for _ in range(200):
-        answer = await transport.request(
-            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
-        )
-        if answer.json()["status"].get("allowed"):
-            return
-    raise AssertionError("the binding never took effect")
-
-
 async def test_too_many_requests_carries_retry_after_and_reads_are_retried(
     throttled_plane: ControlPlane,
 ) -> None:
     # system:masters is exempt from the in-flight limit; a plain user is not.
-    await _grant_list_configmaps(throttled_plane, "lister")
+    await grant_list_configmaps(throttled_plane, "lister")
     config = await load_kubeconfig(throttled_plane.mint_identity("lister").kubeconfig)
     statuses: list[int] = []
     async with (
         Transport(config, max_retries=0) as no_retries,
         Transport(config, observer=lambda m, s, t: statuses.append(s)) as retrying,
     ):
-        await _until_allowed(retrying)
+        await until_allowed(retrying, "list", "configmaps")
         # Discovery through the retrying transport: only the list burst should meet the limit.
         discovery = Discovery(retrying)
         await discovery.resolve("v1", "ConfigMap")

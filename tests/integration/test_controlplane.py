@@ -18,7 +18,7 @@ from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from informers.config import load_kubeconfig
 from informers.errors import ForbiddenError
 from informers.transport import Transport
-from tests.support import condition_true, watch_until
+from tests.support import condition_true, until_allowed, watch_until
 
 pytestmark = pytest.mark.integration
 
@@ -130,25 +130,7 @@ async def test_restricted_identity_is_denied_until_a_role_allows(
         await transport.request("POST", f"{rbac}/roles", body=role)
         await transport.request("POST", f"{rbac}/rolebindings", body=binding)
 
-        # The authorizer reads RBAC from its own informer: ask the server (a
-        # SelfSubjectAccessReview) until the binding is visible, rather than sleeping.
-        review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {
-                "resourceAttributes": {
-                    "namespace": namespace,
-                    "verb": "list",
-                    "resource": "configmaps",
-                }
-            },
-        }
-        for _ in range(200):
-            answer = await restricted.request(
-                "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
-            )
-            if answer.json()["status"].get("allowed"):
-                break
+        await until_allowed(restricted, "list", "configmaps", namespace)
         listed = await restricted.get_json(configmaps)
         assert listed["kind"] == "ConfigMapList"
         # ... and only what the Role grants.

@@ -23,6 +23,7 @@ from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory, SharedInformer
 from informers.store import StoreDelta
 from informers.transport import Transport
+from tests.support import grant_list_configmaps, until_allowed
 
 pytestmark = pytest.mark.integration
 
@@ -568,70 +569,16 @@ async def test_api_server_restart_recovers_and_converges(uncached_plane: Control
             await informer.stop()
 
 
-@pytest.fixture(scope="module")
-def throttled_plane() -> Iterator[ControlPlane]:
-    """At most one read in flight (the classic max-in-flight filter, without APF)."""
-    if use_existing_cluster():
-        pytest.skip("needs a local control plane with its own flags")
-    args = {
-        "--enable-priority-and-fairness": "false",
-        "--max-requests-inflight": "1",
-        "--max-mutating-requests-inflight": "1",
-    }
-    with ControlPlane(crd_directory=None, extra_apiserver_args=args) as p:
-        yield p
-
-
 async def test_real_429s_from_flow_control_are_honoured(throttled_plane: ControlPlane) -> None:
-    admin_config = await load_kubeconfig(throttled_plane.kubeconfig)
-    async with Transport(admin_config) as admin:
-        # Not the built-in "view": it is an aggregated role, and aggregation needs the
-        # controller-manager this control plane does not run.
-        role = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "read-configmaps"},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
-        }
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "reader-configmaps"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "read-configmaps",
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "reader"}
-            ],
-        }
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        await admin.request("POST", f"{rbac}/clusterroles", body=role)
-        await admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
+    await grant_list_configmaps(throttled_plane, "reader")
     # system:masters is exempt from the in-flight limit; a plain user is not.
     reader = throttled_plane.mint_identity("reader")
     statuses: list[int] = []
     config = await load_kubeconfig(reader.kubeconfig)
     async with Transport(config, observer=lambda m, s, t: statuses.append(s)) as limited:
-        await _until_allowed(limited)
+        await until_allowed(limited, "list", "configmaps")
         answers = await asyncio.gather(
             *(limited.get_json("/api/v1/namespaces/default/configmaps") for _ in range(40))
         )
         assert all(a["kind"] == "ConfigMapList" for a in answers)
         assert 429 in statuses, "flow control never pushed back"
-
-
-async def _until_allowed(transport: Transport) -> None:
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": {"verb": "list", "resource": "configmaps"}},
-    }
-    for _ in range(200):
-        answer = await transport.request(
-            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
-        )
-        if answer.json()["status"].get("allowed"):
-            return
-    raise AssertionError("the binding never took effect")
