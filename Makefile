@@ -5,11 +5,14 @@ PYTHON ?= python3
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/controller-runtime-py
 VENV ?= $(CACHE_DIR)/venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# The install is editable, so it is redone when pyproject.toml changes or when the checkout
+# moves (a CI clone elsewhere must test its own files, not another checkout's).
+INSTALL_KEY := $(shell (cat pyproject.toml; echo "$(CURDIR)") | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(INSTALL_KEY)
 PYTEST_ARGS ?=
 ARGS ?=
 BENCH_ARGS ?=
-BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+BENCH_STAMP := $(VENV)/.bench-installed-$(INSTALL_KEY)
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
