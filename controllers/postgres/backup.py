@@ -30,8 +30,7 @@ from controller_runtime.util import EventRecorder, set_controller_reference
 from controllers.postgres import jobs
 from controllers.postgres.api import API_VERSION, BACKUP, INSTANCE, POLICY, POLICY_NAME, ref_name
 from controllers.postgres.common import (
-    RecorderRunnable,
-    make_recorder,
+    controller_recorder,
     set_conditions,
     status_copy,
     write_status,
@@ -172,11 +171,7 @@ async def setup_backup_controller(
     recorder: EventRecorder | None = None,
 ) -> Controller:
     """Build the Backup controller on ``host``: watches Backups and their Jobs."""
-    if recorder is None:
-        recorder = make_recorder(client, "backup-controller")
-        add = getattr(host, "add", None)
-        if add is not None:
-            add(RecorderRunnable(recorder))
+    recorder = controller_recorder(host, client, "backup-controller", recorder)
     return await (
         ControllerBuilder(host)
         .named("backup")

@@ -60,10 +60,10 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    RecorderRunnable,
+    controller_recorder,
     decode_secret,
     encode_data,
-    make_recorder,
+    instance_referrers,
     set_conditions,
     status_copy,
     write_status,
@@ -295,19 +295,14 @@ async def setup_binding_controller(
     """Build the ServiceBinding controller on ``host``: watches bindings (spec changes and
     deletions), the PostgresUsers they own, and instances (a new endpoint or readiness
     reconciles their bindings)."""
-    if recorder is None:
-        recorder = make_recorder(client, "binding-controller")
-        add = getattr(host, "add", None)
-        if add is not None:
-            add(RecorderRunnable(recorder))
+    recorder = controller_recorder(host, client, "binding-controller", recorder)
     cache = client.cache
 
     def instance_bindings(instance: Mapping[str, Any]) -> list[Request]:
-        meta = instance["metadata"]
+        namespace = instance["metadata"]["namespace"]
         return [
-            Request(meta["namespace"], b["metadata"]["name"])
-            for b in cache.list(API_VERSION, BINDING, namespace=meta["namespace"])
-            if ref_name(b, "instanceRef") == meta["name"]
+            Request(namespace, b["metadata"]["name"])
+            for b in instance_referrers(cache, API_VERSION, BINDING, dict(instance))
         ]
 
     return await (

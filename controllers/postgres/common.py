@@ -14,6 +14,7 @@ from typing import Any
 from controller_runtime.cache import Cache
 from controller_runtime.client import Client
 from controller_runtime.util import EventRecorder, merge_patch, set_condition, status_conditions
+from controllers.postgres.api import ref_name
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,31 @@ def make_recorder(client: Client, controller: str) -> EventRecorder:
         reporting_controller=f"postgres.crpy.io/{controller}",
         reporting_instance=instance[:128],
     )
+
+
+def controller_recorder(
+    host: object, client: Client, controller: str, recorder: EventRecorder | None
+) -> EventRecorder:
+    """``recorder``, or a new one for ``controller`` that is closed when ``host`` (a
+    manager, if it has ``add``) stops."""
+    if recorder is not None:
+        return recorder
+    recorder = make_recorder(client, controller)
+    add = getattr(host, "add", None)
+    if add is not None:
+        add(RecorderRunnable(recorder))
+    return recorder
+
+
+def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj) -> list[Obj]:
+    """Cached objects of ``kind`` in ``instance``'s namespace whose ``spec.instanceRef`` names
+    it."""
+    meta = instance["metadata"]
+    return [
+        obj
+        for obj in cache.list(api_version, kind, namespace=meta["namespace"])
+        if ref_name(obj, "instanceRef") == meta["name"]
+    ]
 
 
 def list_everywhere(cache: Cache, api_version: str, kind: str) -> list[Obj]:

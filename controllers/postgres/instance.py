@@ -61,10 +61,10 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    RecorderRunnable,
+    controller_recorder,
     encode_data,
+    instance_referrers,
     list_everywhere,
-    make_recorder,
     set_conditions,
     status_copy,
     write_status,
@@ -157,8 +157,7 @@ class InstanceReconciler:
         meta = instance["metadata"]
         users = sorted(
             u["metadata"]["name"]
-            for u in await self.client.list(API_VERSION, USER, namespace=meta["namespace"])
-            if ref_name(u, "instanceRef") == meta["name"]
+            for u in instance_referrers(self.client.cache, API_VERSION, USER, instance)
         )
         if users:
             # The users' finalizers need the server (and its admin Secret) to drop their
@@ -496,11 +495,7 @@ async def setup_instance_controller(
     ``add``: it also gets the recorder's closer). Watches instances (spec changes and
     deletions), the objects it renders, the version policy (any change reconciles every
     instance) and PostgresUser deletions (to finish an instance's deletion)."""
-    if recorder is None:
-        recorder = make_recorder(client, "instance-controller")
-        add = getattr(host, "add", None)
-        if add is not None:
-            add(RecorderRunnable(recorder))
+    recorder = controller_recorder(host, client, "instance-controller", recorder)
     reconciler = InstanceReconciler(client, recorder, recheck_after=recheck_after)
     cache = client.cache
 

@@ -46,8 +46,7 @@ from controllers.postgres.api import (
     MANAGED_BY,
 )
 from controllers.postgres.common import (
-    RecorderRunnable,
-    make_recorder,
+    controller_recorder,
     set_conditions,
     status_copy,
     write_status,
@@ -254,11 +253,7 @@ async def setup_plan_controller(
 ) -> Controller:
     """Build the BackupPlan controller on ``host``: watches plans (spec changes) and the
     Backups they own (a finished Backup updates ``active`` and may be pruned)."""
-    if recorder is None:
-        recorder = make_recorder(client, "backupplan-controller")
-        add = getattr(host, "add", None)
-        if add is not None:
-            add(RecorderRunnable(recorder))
+    recorder = controller_recorder(host, client, "backupplan-controller", recorder)
     return await (
         ControllerBuilder(host)
         .named("backupplan")

@@ -46,8 +46,8 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    RecorderRunnable,
-    make_recorder,
+    controller_recorder,
+    instance_referrers,
     set_conditions,
     status_copy,
     write_status,
@@ -230,19 +230,14 @@ async def setup_user_controller(
 ) -> Controller:
     """Build the PostgresUser controller on ``host``: watches users (spec changes and
     deletions) and instances (a change, e.g. turning Ready, reconciles their users)."""
-    if recorder is None:
-        recorder = make_recorder(client, "user-controller")
-        add = getattr(host, "add", None)
-        if add is not None:
-            add(RecorderRunnable(recorder))
+    recorder = controller_recorder(host, client, "user-controller", recorder)
     cache = client.cache
 
     def instance_users(instance: Mapping[str, Any]) -> list[Request]:
-        meta = instance["metadata"]
+        namespace = instance["metadata"]["namespace"]
         return [
-            Request(meta["namespace"], u["metadata"]["name"])
-            for u in cache.list(API_VERSION, USER, namespace=meta["namespace"])
-            if ref_name(u, "instanceRef") == meta["name"]
+            Request(namespace, u["metadata"]["name"])
+            for u in instance_referrers(cache, API_VERSION, USER, dict(instance))
         ]
 
     return await (
