@@ -122,50 +122,26 @@ def backup_job(backup: Mapping[str, Any], instance: Mapping[str, Any], image: st
         LABEL_INSTANCE: (spec.get("instanceRef") or {}).get("name", ""),
         LABEL_MANAGED_BY: MANAGED_BY,
     }
-    volume_mount = [{"name": "work", "mountPath": WORK_DIR}]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": job_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": labels,
-        },
-        "spec": {
-            "backoffLimit": 2,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "volumes": [{"name": "work", "emptyDir": {}}],
-                    "initContainers": [
-                        {
-                            "name": "dump",
-                            "image": image,
-                            "command": ["/bin/sh", "-ec", dump],
-                            "env": [
-                                *database_env(instance, replication=basebackup),
-                                {
-                                    "name": "DATABASE",
-                                    "value": str(spec.get("database", "postgres")),
-                                },
-                            ],
-                            "volumeMounts": volume_mount,
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "upload",
-                            "image": str(spec.get("uploaderImage", "amazon/aws-cli:2.17.0")),
-                            "command": ["/bin/sh", "-ec", upload],
-                            "env": s3_env(storage),
-                            "volumeMounts": volume_mount,
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    return _two_step_job(
+        job_name(meta["name"]),
+        meta["namespace"],
+        labels,
+        first=_step(
+            "dump",
+            image,
+            dump,
+            [
+                *database_env(instance, replication=basebackup),
+                {"name": "DATABASE", "value": str(spec.get("database", "postgres"))},
+            ],
+        ),
+        second=_step(
+            "upload",
+            str(spec.get("uploaderImage", "amazon/aws-cli:2.17.0")),
+            upload,
+            s3_env(storage),
+        ),
+    )
 
 
 def restore_job(instance: Mapping[str, Any], backup: Mapping[str, Any], image: str) -> Obj:
@@ -188,15 +164,43 @@ def restore_job(instance: Mapping[str, Any], backup: Mapping[str, Any], image: s
         f"{WORK_DIR}/backup"
     )
     labels = {LABEL_INSTANCE: meta["name"], LABEL_MANAGED_BY: MANAGED_BY}
-    volume_mount = [{"name": "work", "mountPath": WORK_DIR}]
+    return _two_step_job(
+        job_name(meta["name"], "restore"),
+        meta["namespace"],
+        labels,
+        first=_step(
+            "download",
+            str(spec.get("uploaderImage", "amazon/aws-cli:2.17.0")),
+            download,
+            s3_env(storage),
+        ),
+        second=_step(
+            "restore",
+            image,
+            restore,
+            [*database_env(instance), {"name": "DATABASE", "value": database}],
+        ),
+    )
+
+
+def _step(name: str, image: str, script: str, env: list[Obj]) -> Obj:
+    """A container running ``script`` with the shared work directory mounted."""
+    return {
+        "name": name,
+        "image": image,
+        "command": ["/bin/sh", "-ec", script],
+        "env": env,
+        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}],
+    }
+
+
+def _two_step_job(name: str, namespace: str, labels: Obj, *, first: Obj, second: Obj) -> Obj:
+    """A Job whose ``first`` step (an init container) hands files to its ``second`` through
+    an emptyDir; retried twice, never restarted in place."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": job_name(meta["name"], "restore"),
-            "namespace": meta["namespace"],
-            "labels": labels,
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": 2,
             "template": {
@@ -204,27 +208,8 @@ def restore_job(instance: Mapping[str, Any], backup: Mapping[str, Any], image: s
                 "spec": {
                     "restartPolicy": "Never",
                     "volumes": [{"name": "work", "emptyDir": {}}],
-                    "initContainers": [
-                        {
-                            "name": "download",
-                            "image": str(spec.get("uploaderImage", "amazon/aws-cli:2.17.0")),
-                            "command": ["/bin/sh", "-ec", download],
-                            "env": s3_env(storage),
-                            "volumeMounts": volume_mount,
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "restore",
-                            "image": image,
-                            "command": ["/bin/sh", "-ec", restore],
-                            "env": [
-                                *database_env(instance),
-                                {"name": "DATABASE", "value": database},
-                            ],
-                            "volumeMounts": volume_mount,
-                        }
-                    ],
+                    "initContainers": [first],
+                    "containers": [second],
                 },
             },
         },
