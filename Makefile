@@ -3,11 +3,14 @@
 
 PYTHON ?= python3
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/controller-runtime-py
-VENV ?= $(CACHE_DIR)/venv
+# Each checkout has a virtualenv of its own (its editable install points at that checkout), so
+# two checkouts on one machine never re-point each other's environment. The binaries cache in
+# $(CACHE_DIR)/bin stays shared. Virtualenvs of checkouts that no longer exist are removed when
+# a new one is made.
+CHECKOUT_KEY := $(shell echo "$(CURDIR)" | sha1sum | cut -c1-12)
+VENV ?= $(CACHE_DIR)/venvs/$(CHECKOUT_KEY)
 BIN := $(VENV)/bin
-# The install is editable, so it is redone when pyproject.toml changes or when the checkout
-# moves (a CI clone elsewhere must test its own files, not another checkout's).
-INSTALL_KEY := $(shell (cat pyproject.toml; echo "$(CURDIR)") | sha1sum | cut -c1-12)
+INSTALL_KEY := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(INSTALL_KEY)
 PYTEST_ARGS ?=
 ARGS ?=
@@ -28,8 +31,10 @@ help:
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@mkdir -p $(CACHE_DIR)
+	@mkdir -p $(CACHE_DIR)/venvs
+	@sh scripts/prune-venvs.sh $(CACHE_DIR)/venvs
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "$(CURDIR)" > $(VENV)/.checkout
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@rm -f $(VENV)/.installed-*
