@@ -20,6 +20,7 @@ COPY pyproject.toml README.md ./
 RUN python -m venv --without-pip /opt/operator \
  && python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
  && pip --python /opt/operator/bin/python install --only-binary=:all: -r /tmp/requirements.txt
+COPY kubeclient/ kubeclient/
 COPY informers/ informers/
 COPY controller_runtime/ controller_runtime/
 COPY controllers/ controllers/

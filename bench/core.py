@@ -37,11 +37,11 @@ from typing import Any
 import orjson
 
 from bench._core_controller import controller_sink
-from informers.discovery import ResourceInfo
 from informers.reflector import Reflector
 from informers.reflector_machine import ReflectorOptions
 from informers.store import Store
-from informers.transport import Response
+from kubeclient.discovery import ResourceInfo
+from kubeclient.transport import Response
 
 TEMPLATE = Path(__file__).with_name("data") / "task-watch-event.json"
 CHUNK = 64 * 1024

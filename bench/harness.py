@@ -553,8 +553,8 @@ def _summary(result: Result) -> str:
 
 
 async def run_cluster(cluster: Cluster) -> None:
-    from informers.config import load_kubeconfig  # noqa: PLC0415
-    from informers.transport import Transport  # noqa: PLC0415
+    from kubeclient.config import load_kubeconfig  # noqa: PLC0415
+    from kubeclient.transport import Transport  # noqa: PLC0415
 
     s = cluster.settings
     config = await load_kubeconfig(cluster.kubeconfig)

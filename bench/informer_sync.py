@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from controller_runtime.envtest import ControlPlane
-from informers.config import load_kubeconfig
-from informers.discovery import Discovery
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import SharedInformer
-from informers.transport import Transport
+from kubeclient.config import load_kubeconfig
+from kubeclient.discovery import Discovery
+from kubeclient.transport import Transport
 
 TASKS = "tasks.crpy.io/v1"
 

@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from bench.runners.stamp import bench_count
-from informers.errors import ApiError
-from informers.transport import Transport
+from kubeclient.errors import ApiError
+from kubeclient.transport import Transport
 
 GROUP_PATH = "/apis/tasks.crpy.io/v1"
 Progress = Callable[[str], None]

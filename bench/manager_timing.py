@@ -35,8 +35,8 @@ from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElectionLostError
 from controller_runtime.manager import Manager, ManagerOptions
-from informers.config import ClusterConfig, load_kubeconfig
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig, load_kubeconfig
+from kubeclient.transport import Transport
 
 
 @dataclasses.dataclass

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from informers.discovery import ResourceInfo
-from informers.errors import NotFoundError
 from informers.labels import LabelSelector
 from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
 from informers.store import IndexFunc, Store
+from kubeclient.discovery import ResourceInfo
+from kubeclient.errors import NotFoundError
 
 KindKey = tuple[str, str]
 """``(apiVersion, kind)``."""
@@ -171,7 +171,7 @@ class Cache:
     def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> dict[str, Any]:
-        """The cached object; raises :class:`~informers.errors.NotFoundError` when absent."""
+        """The cached object; raises :class:`~kubeclient.errors.NotFoundError` when absent."""
         entry = self._entry(api_version, kind, namespace)
         key = f"{namespace}/{name}" if entry.resource.namespaced and namespace else name
         for store in entry.stores_for(namespace):

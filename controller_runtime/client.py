@@ -1,7 +1,7 @@
 """The client: reads from the informer cache, writes to the API server.
 
 Objects are plain dicts (``apiVersion``, ``kind``, ``metadata``, ...). ``apiVersion`` + ``kind``
-are resolved to URLs through the cache's :class:`~informers.discovery.Discovery`.
+are resolved to URLs through the cache's :class:`~kubeclient.discovery.Discovery`.
 
 **Reads.** :meth:`Client.get` and :meth:`Client.list` read the cache. A kind the cache does
 not watch raises :class:`~controller_runtime.cache.NotCachedError` saying what to configure;
@@ -18,7 +18,7 @@ with a ``Retry-After`` (the server did not process it), reads answered 5xx with 
 ``Retry-After``, and reads that failed on the connection. Nothing else is retried, and this
 client adds no retries of its own: a write whose outcome is unknown (a timeout, a dropped
 connection, a 5xx) is raised to the caller, because blindly repeating it could apply it twice.
-A timeout raises :class:`~informers.errors.ServerTimeoutError` (status 0 when it was the
+A timeout raises :class:`~kubeclient.errors.ServerTimeoutError` (status 0 when it was the
 client's own request timeout); after one, GET the object before retrying a create (the first
 attempt may have succeeded). :func:`retry_on_conflict` is the one deliberate retry loop:
 re-read, re-apply the change, write, on optimistic-concurrency conflicts only.
@@ -37,8 +37,9 @@ from typing import Any, Literal, TypeVar
 from controller_runtime.cache import Cache
 from controller_runtime.consistency import OwnWritesOverlay
 from controller_runtime.reconcile import CURRENT_RECONCILE
-from informers.discovery import Discovery, ResourceInfo
-from informers.errors import (
+from informers.labels import LabelSelector
+from kubeclient.discovery import Discovery, ResourceInfo
+from kubeclient.errors import (
     AlreadyExistsError,
     ApiError,
     ConflictError,
@@ -46,8 +47,7 @@ from informers.errors import (
     NotFoundError,
     ServerTimeoutError,
 )
-from informers.labels import LabelSelector
-from informers.transport import Response, Transport
+from kubeclient.transport import Response, Transport
 
 __all__ = [
     "APPLY_CONTENT_TYPE",
@@ -106,7 +106,7 @@ async def retry_on_conflict(
     then multiplies ``delay`` by ``factor`` (capped at ``max_delay``). ``fn`` must re-read the
     object each time: retrying a write with the same stale resourceVersion fails the same way.
 
-    Retried: :class:`~informers.errors.ConflictError` (a stale resourceVersion or a failed
+    Retried: :class:`~kubeclient.errors.ConflictError` (a stale resourceVersion or a failed
     precondition). Not retried: ``AlreadyExistsError`` and server-side apply conflicts with
     another field manager. After the last attempt the last conflict is raised.
     """
@@ -184,7 +184,7 @@ class LiveReader:
     async def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj:
-        """The object; raises :class:`~informers.errors.NotFoundError` when absent."""
+        """The object; raises :class:`~kubeclient.errors.NotFoundError` when absent."""
         resource = await self._discovery.resolve(api_version, kind)
         answer = await _request(
             self._transport, "GET", resource.path(namespace, name), timeout=self._timeout
@@ -271,7 +271,7 @@ class Client:
     async def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj:
-        """The cached object. Raises :class:`~informers.errors.NotFoundError` when the cache
+        """The cached object. Raises :class:`~kubeclient.errors.NotFoundError` when the cache
         does not hold it, and :class:`~controller_runtime.cache.NotCachedError` when the kind
         (or namespace) is not cached at all."""
         if self._overlay is None:

@@ -33,11 +33,11 @@ from cachetools import LRUCache
 
 from controller_runtime.cache import KindInformers
 from controller_runtime.reconcile import Request
-from informers.discovery import ResourceInfo
 from informers.labels import LabelSelector
 from informers.resource_version import compare_resource_versions
 from informers.shared import SharedInformer
 from informers.store import Store
+from kubeclient.discovery import ResourceInfo
 
 __all__ = [
     "DEFAULT_MAX_WAIT",

@@ -1,6 +1,6 @@
 """The errors a controller meets, in one place.
 
-API errors are raised by the transport for every non-2xx answer (:mod:`informers.errors`);
+API errors are raised by the transport for every non-2xx answer (:mod:`kubeclient.errors`);
 the common reasons have their own types so that callers can ``except NotFoundError``. They are
 re-exported here, with the cache's :class:`NotCachedError` and discovery's
 :class:`UnknownKindError`.
@@ -16,8 +16,8 @@ re-exported here, with the cache's :class:`NotCachedError` and discovery's
 """
 
 from controller_runtime.cache import NotCachedError
-from informers.discovery import UnknownKindError
-from informers.errors import (
+from kubeclient.discovery import UnknownKindError
+from kubeclient.errors import (
     AlreadyExistsError,
     ApiError,
     BadRequestError,

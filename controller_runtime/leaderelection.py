@@ -36,8 +36,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from informers.errors import ApiError, ConflictError, NotFoundError
-from informers.transport import Transport
+from kubeclient.errors import ApiError, ConflictError, NotFoundError
+from kubeclient.transport import Transport
 
 log = logging.getLogger(__name__)
 

@@ -48,9 +48,9 @@ from controller_runtime.leaderelection import (
     LeaderElector,
 )
 from informers import metrics as informer_metrics
-from informers.config import ClusterConfig
 from informers.shared import InformerFactory
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig
+from kubeclient.transport import Transport
 
 log = logging.getLogger(__name__)
 

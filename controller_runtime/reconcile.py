@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from informers.discovery import ResourceInfo
+from kubeclient.discovery import ResourceInfo
 
 
 class Request(NamedTuple):

@@ -18,8 +18,8 @@ from controllers.postgres import (
     setup_user_controller,
 )
 from controllers.task import setup_task_controller
-from informers.config import SERVICE_ACCOUNT_DIR, ClusterConfig, ConfigError, load_config
-from informers.discovery import UnknownKindError
+from kubeclient.config import SERVICE_ACCOUNT_DIR, ClusterConfig, ConfigError, load_config
+from kubeclient.discovery import UnknownKindError
 
 log = logging.getLogger("controllers")
 

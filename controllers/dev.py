@@ -25,8 +25,8 @@ from controllers.__main__ import settings_from
 from controllers.app import run_operator
 from controllers.logsetup import configure_logging
 from controllers.postgres.localserver import LocalPostgres, PostgresNotFoundError
-from informers.config import in_cluster_available, load_kubeconfig
-from informers.transport import Transport
+from kubeclient.config import in_cluster_available, load_kubeconfig
+from kubeclient.transport import Transport
 
 DEMO_NAMESPACE = "demo"
 

@@ -24,7 +24,7 @@ from controller_runtime.builder import ControllerHost
 from controller_runtime.client import Client
 from controller_runtime.controller import Controller, ControllerOptions
 from controller_runtime.util.conditions import set_condition
-from informers.errors import NotFoundError
+from kubeclient.errors import NotFoundError
 
 TASK_API_VERSION = "tasks.crpy.io/v1"
 TASK_KIND = "Task"

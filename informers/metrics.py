@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry, Gauge
 
 from informers.fastmetrics import Counter, Histogram
-from informers.transport import RequestObserver
+from kubeclient.transport import RequestObserver
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

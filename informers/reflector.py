@@ -1,7 +1,7 @@
 """The asyncio driver of :class:`~informers.reflector_machine.ReflectorMachine`.
 
 The machine decides (which request, how long to wait, what to put in the store); this module
-does the I/O: LIST pages and watch streams through :class:`~informers.transport.Transport`,
+does the I/O: LIST pages and watch streams through :class:`~kubeclient.transport.Transport`,
 our own line framing, orjson decoding, the transform hook, the store, and hand-off of every
 store change to a sink (the shared informer's fan-out).
 
@@ -31,8 +31,6 @@ import orjson
 
 from informers import metrics
 from informers._framing import LineFramer, LineTooLongError
-from informers.discovery import ResourceInfo
-from informers.errors import ApiError
 from informers.reflector_machine import (
     ApplyEvent,
     Bookmark,
@@ -51,7 +49,9 @@ from informers.reflector_machine import (
     WatchRestarted,
 )
 from informers.store import EventType, Prepared, Store, StoreDelta
-from informers.transport import Transport
+from kubeclient.discovery import ResourceInfo
+from kubeclient.errors import ApiError
+from kubeclient.transport import Transport
 
 log = logging.getLogger(__name__)
 

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from informers import metrics
-from informers.discovery import Discovery, ResourceInfo
 from informers.reflector import Reflector, Transform, strip_managed_fields
 from informers.reflector_machine import ReflectorOptions
 from informers.store import ADDED, IndexFunc, Store, StoreDelta
-from informers.transport import Transport
+from kubeclient.discovery import Discovery, ResourceInfo
+from kubeclient.transport import Transport
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
-from informers.config import ClusterConfig, load_kubeconfig
-from informers.errors import ConflictError
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig, load_kubeconfig
+from kubeclient.errors import ConflictError
+from kubeclient.transport import Transport
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import orjson
 
 from controller_runtime.envtest import ControlPlane
 from informers._framing import LineFramer
-from informers.config import load_kubeconfig
-from informers.transport import Transport
+from kubeclient.config import load_kubeconfig
+from kubeclient.transport import Transport
 
 Event = Mapping[str, Any]
 

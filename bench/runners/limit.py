@@ -25,7 +25,7 @@ import orjson
 from bench.runners.stamp import stamped
 from controller_runtime.manager import install_uvloop
 from controllers.task import derive_status, utcnow
-from informers.config import load_kubeconfig
+from kubeclient.config import load_kubeconfig
 
 
 async def run(args: argparse.Namespace) -> int:

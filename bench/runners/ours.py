@@ -37,8 +37,8 @@ from controllers.task import (
     derive_status,
     setup_task_controller,
 )
-from informers.config import load_kubeconfig
-from informers.errors import NotFoundError
+from kubeclient.config import load_kubeconfig
+from kubeclient.errors import NotFoundError
 
 
 class WriteHeavyTaskReconciler(TaskReconciler):

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 from cachetools import LRUCache
 
 from controller_runtime.client import PatchType
-from informers.errors import AlreadyExistsError, NotFoundError
-from informers.transport import Transport
+from kubeclient.errors import AlreadyExistsError, NotFoundError
+from kubeclient.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class EventRecorder:
     """Records ``events.k8s.io/v1`` Events about objects; see the module docs.
 
     ``sink`` is a :class:`controller_runtime.client.Client` (or anything with its ``create``
-    and ``patch``) or a bare :class:`~informers.transport.Transport`.
+    and ``patch``) or a bare :class:`~kubeclient.transport.Transport`.
     ``reporting_controller`` is a qualified name such as ``crpy.io/task-controller``;
     ``reporting_instance`` identifies this process (e.g. the pod name; at most 128 chars).
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller_runtime.client import PatchType
-from informers.errors import ConflictError, InvalidError, NotFoundError
+from kubeclient.errors import ConflictError, InvalidError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ async def ensure_finalizer(
     Nothing is added to an object that is being deleted (the server forbids new finalizers
     then): check :func:`contains_finalizer` on the result when that matters. Concurrent
     writers of other finalizers are not clobbered (see the module docs). Raises
-    :class:`~informers.errors.NotFoundError` if the object is gone, and the last refusal
+    :class:`~kubeclient.errors.NotFoundError` if the object is gone, and the last refusal
     after :data:`MAX_ATTEMPTS`.
     """
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from controller_runtime.client import PatchType
-from informers.errors import NotFoundError
+from kubeclient.errors import NotFoundError
 
 Mutate = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -123,7 +123,7 @@ async def create_or_update(
 
     The change test is a deep comparison of the whole object before and after ``mutate``.
     The update carries the ``resourceVersion`` that was read, so a concurrent change raises
-    :class:`~informers.errors.ConflictError` (retry the reconcile). Caveat: for kinds with a
+    :class:`~kubeclient.errors.ConflictError` (retry the reconcile). Caveat: for kinds with a
     status subresource the PUT ignores ``status``; a status-only change reports ``UPDATED``
     but is not stored. Use :func:`create_or_patch` for status.
     """
@@ -157,7 +157,7 @@ async def create_or_patch(
     A merge patch replaces lists whole (``finalizers``, ``ownerReferences``, conditions of a
     CRD), so a concurrent change to the same list would be lost; ``optimistic_lock=True``
     adds the ``resourceVersion`` that was read to the object patch, turning that race into a
-    :class:`~informers.errors.ConflictError`. The default (off) is controller-runtime's.
+    :class:`~kubeclient.errors.ConflictError`. The default (off) is controller-runtime's.
     """
     current = await _get_live(client, obj)
     if current is None:

@@ -15,7 +15,7 @@ controller-runtime's ``controllerutil`` does:
 - a dependent has at most one controller owner (:class:`AlreadyOwnedError`).
 
 A plain dict cannot tell whether its kind is namespaced, so the callers say so
-(``owner_namespaced``/``obj_namespaced``); :meth:`informers.discovery.Discovery.resolve` knows.
+(``owner_namespaced``/``obj_namespaced``); :meth:`kubeclient.discovery.Discovery.resolve` knows.
 
 Two references designate the same owner when group, kind and name match (the version is
 ignored, as in controller-runtime); setting a reference again refreshes it (a recreated owner

@@ -37,7 +37,7 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.policy import image_for, parse_version
-from informers.errors import AlreadyExistsError, NotFoundError
+from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})

@@ -70,7 +70,7 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.scram import generate_password
-from informers.errors import AlreadyExistsError, NotFoundError
+from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "service-binding"

@@ -14,8 +14,8 @@ from controller_runtime.predicates import Predicate
 from controllers.postgres.common import decode_secret
 from controllers.postgres.render import SUPERUSER, Names, endpoint
 from controllers.postgres.sql import ConnInfo
-from informers.errors import NotFoundError
 from informers.store import StoreDelta
+from kubeclient.errors import NotFoundError
 
 
 class ConfigurationError(ValueError):

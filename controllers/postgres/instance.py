@@ -83,8 +83,8 @@ from controllers.postgres.policy import (
     server_version,
 )
 from controllers.postgres.scram import generate_password
-from informers.errors import AlreadyExistsError, NotFoundError
 from informers.store import DELETED, StoreDelta
+from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 log = logging.getLogger(__name__)
 

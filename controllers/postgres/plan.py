@@ -53,7 +53,7 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.cron import CronError, Schedule
-from informers.errors import AlreadyExistsError, NotFoundError
+from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 Clock = Callable[[], datetime]

@@ -58,7 +58,7 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
-from informers.errors import NotFoundError
+from kubeclient.errors import NotFoundError
 
 Obj = dict[str, Any]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from controller_runtime import ControllerBuilder, Request
 from controller_runtime.manager import Manager, ManagerOptions, run_until_signalled
-from informers.config import load_kubeconfig
+from kubeclient.config import load_kubeconfig
 
 
 async def main(kubeconfig: str, namespace: str, directory: Path) -> int:

@@ -29,11 +29,11 @@ from controller_runtime.errors import (
     TooManyRequestsError,
 )
 from controller_runtime.reconcile import CURRENT_RECONCILE, ReconcileContext, Request
-from informers.config import ClusterConfig, load_kubeconfig
-from informers.discovery import Discovery
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig, load_kubeconfig
+from kubeclient.discovery import Discovery
+from kubeclient.transport import Transport
 from tests.support import grant_list_configmaps, until_allowed
 
 pytestmark = pytest.mark.integration

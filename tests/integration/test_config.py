@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
-from informers.config import load_in_cluster_config, load_kubeconfig
-from informers.errors import UnauthorizedError
-from informers.transport import Transport
+from kubeclient.config import load_in_cluster_config, load_kubeconfig
+from kubeclient.errors import UnauthorizedError
+from kubeclient.transport import Transport
 
 pytestmark = [
     pytest.mark.integration,

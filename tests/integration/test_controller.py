@@ -25,10 +25,10 @@ from controller_runtime.controller import Controller
 from controller_runtime.handlers import EnqueueRequestsFromMapFunc
 from controller_runtime.predicates import GenerationChanged, LabelSelectorPredicate
 from controller_runtime.reconcile import Request, Result
-from informers.errors import NotFoundError
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
-from informers.transport import Transport
+from kubeclient.errors import NotFoundError
+from kubeclient.transport import Transport
 
 pytestmark = pytest.mark.integration
 

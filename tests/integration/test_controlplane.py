@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
-from informers.config import load_kubeconfig
-from informers.errors import ForbiddenError
-from informers.transport import Transport
+from kubeclient.config import load_kubeconfig
+from kubeclient.errors import ForbiddenError
+from kubeclient.transport import Transport
 from tests.support import condition_true, until_allowed, watch_until
 
 pytestmark = pytest.mark.integration

@@ -32,10 +32,10 @@ from controller_runtime.controller import Controller
 from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.metrics import REGISTRY
 from controller_runtime.reconcile import ConsistencyGuard
-from informers.config import ClusterConfig
-from informers.discovery import ResourceInfo
 from informers.shared import InformerFactory
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig
+from kubeclient.discovery import ResourceInfo
+from kubeclient.transport import Transport
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,12 @@ import pytest
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from controller_runtime.envtest.faultproxy import FaultProxy
 from informers import metrics
-from informers.config import ClusterConfig, load_kubeconfig
-from informers.discovery import Discovery
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory, SharedInformer
 from informers.store import StoreDelta
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig, load_kubeconfig
+from kubeclient.discovery import Discovery
+from kubeclient.transport import Transport
 from tests.support import grant_list_configmaps, until_allowed
 
 pytestmark = pytest.mark.integration

@@ -45,12 +45,12 @@ from controller_runtime.manager import Manager
 from controllers.__main__ import settings_from
 from controllers.app import CONTROLLERS, OperatorSettings, build_manager
 from controllers.postgres.localserver import LocalPostgres
-from informers.config import ClusterConfig, load_kubeconfig
-from informers.discovery import Discovery
-from informers.errors import NotFoundError
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig, load_kubeconfig
+from kubeclient.discovery import Discovery
+from kubeclient.errors import NotFoundError
+from kubeclient.transport import Transport
 from tests.integration.postgres import test_rbac_usage as pg_rbac
 from tests.rbac_usage import (
     Access,

@@ -15,9 +15,9 @@ from controller_runtime import Request
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.manager import Manager, ManagerOptions
 from controllers.task import TASK_API_VERSION, TaskReconciler, setup_task_controller
-from informers.config import ClusterConfig
-from informers.errors import InvalidError
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig
+from kubeclient.errors import InvalidError
+from kubeclient.transport import Transport
 
 pytestmark = pytest.mark.integration
 

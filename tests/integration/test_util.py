@@ -37,10 +37,10 @@ from controller_runtime.util import (
     set_owner_reference,
     status_conditions,
 )
-from informers.discovery import ResourceInfo
-from informers.errors import ConflictError, NotFoundError
 from informers.shared import InformerFactory
-from informers.transport import Transport
+from kubeclient.discovery import ResourceInfo
+from kubeclient.errors import ConflictError, NotFoundError
+from kubeclient.transport import Transport
 from tests.support import watch_until
 
 pytestmark = pytest.mark.integration

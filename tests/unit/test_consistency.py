@@ -12,11 +12,11 @@ import pytest
 from controller_runtime.cache import KindInformers
 from controller_runtime.consistency import OwnWritesOverlay, ReadYourWritesGuard
 from controller_runtime.reconcile import Request
-from informers.config import ClusterConfig
-from informers.discovery import ResourceInfo
 from informers.shared import SharedInformer
 from informers.store import Store
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig
+from kubeclient.discovery import ResourceInfo
+from kubeclient.transport import Transport
 
 CONFIGMAPS = ResourceInfo("", "v1", "ConfigMap", "configmaps", namespaced=True)
 NAMESPACES = ResourceInfo("", "v1", "Namespace", "namespaces", namespaced=False)

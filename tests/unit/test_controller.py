@@ -38,9 +38,9 @@ from controller_runtime.reconcile import (
     current_reconcile,
 )
 from controller_runtime.workqueue import LOW_PRIORITY
-from informers.discovery import ResourceInfo
-from informers.errors import ApiError, NotFoundError
 from informers.store import ADDED, MODIFIED, StoreDelta
+from kubeclient.discovery import ResourceInfo
+from kubeclient.errors import ApiError, NotFoundError
 
 _names = itertools.count()
 

@@ -255,7 +255,7 @@ def test_the_image_user_is_the_pods_user() -> None:
 
 
 def test_the_image_gets_the_operators_packages_and_nothing_else() -> None:
-    packages = {"informers", "controller_runtime", "controllers"}
+    packages = {"kubeclient", "informers", "controller_runtime", "controllers"}
     dockerfile = (ROOT / "Dockerfile").read_text()
     copied = set(re.findall(r"^COPY (\w+)/ \1/$", dockerfile, re.M))
     assert copied == packages

@@ -23,10 +23,10 @@ from controllers.postgres import (
 )
 from controllers.postgres.api import API_VERSION, POLICY, POLICY_NAME
 from controllers.postgres.localserver import LocalPostgres, PostgresNotFoundError
-from informers.config import ClusterConfig
-from informers.errors import NotFoundError
 from informers.shared import InformerFactory
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig
+from kubeclient.errors import NotFoundError
+from kubeclient.transport import Transport
 from tests.support import watch_until
 
 Obj = dict[str, Any]

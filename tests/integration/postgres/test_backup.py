@@ -26,10 +26,10 @@ from controllers.postgres.api import API_VERSION, BACKUP, BACKUP_PLAN, LABEL_PLA
 from controllers.postgres.cron import Schedule
 from controllers.postgres.localserver import LocalPostgres
 from controllers.postgres.plan import PlanReconciler, parse_time
-from informers.config import ClusterConfig
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
-from informers.transport import Transport
+from kubeclient.config import ClusterConfig
+from kubeclient.transport import Transport
 from tests.integration.postgres.conftest import (
     condition,
     external_instance,

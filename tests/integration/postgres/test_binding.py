@@ -14,8 +14,8 @@ from controller_runtime.manager import Manager
 from controllers.postgres.api import API_VERSION
 from controllers.postgres.common import decode_secret
 from controllers.postgres.localserver import LocalPostgres
-from informers.errors import NotFoundError
-from informers.transport import Transport
+from kubeclient.errors import NotFoundError
+from kubeclient.transport import Transport
 from tests.integration.postgres.conftest import (
     condition,
     external_instance,

@@ -12,7 +12,7 @@ import yaml
 
 from controller_runtime.client import Client
 from controllers.postgres.api import API_VERSION
-from informers.errors import InvalidError
+from kubeclient.errors import InvalidError
 
 pytestmark = pytest.mark.integration
 

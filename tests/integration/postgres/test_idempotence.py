@@ -26,11 +26,11 @@ from controllers.postgres.common import decode_secret
 from controllers.postgres.instance import InstanceReconciler
 from controllers.postgres.localserver import LocalPostgres
 from controllers.postgres.user import UserReconciler
-from informers.errors import ConflictError, InvalidError, NotFoundError
 from informers.labels import LabelSelector
 from informers.shared import InformerFactory
 from informers.store import DELETED, StoreDelta
-from informers.transport import Transport
+from kubeclient.errors import ConflictError, InvalidError, NotFoundError
+from kubeclient.transport import Transport
 from tests.integration.postgres.conftest import external_instance, set_policy
 
 pytestmark = pytest.mark.integration

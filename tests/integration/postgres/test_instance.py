@@ -18,8 +18,8 @@ import pytest
 from controller_runtime.client import Client
 from controller_runtime.manager import Manager
 from controllers.postgres.api import ANNOTATION_CONFIG_HASH, API_VERSION, LABEL_INSTANCE, labels_for
-from informers.errors import NotFoundError
-from informers.transport import Transport
+from kubeclient.errors import NotFoundError
+from kubeclient.transport import Transport
 from tests.integration.postgres.conftest import condition, set_policy, wait_for
 
 pytestmark = pytest.mark.integration

@@ -44,11 +44,11 @@ from controllers.postgres.api import (
 )
 from controllers.postgres.common import decode_secret
 from controllers.postgres.localserver import LocalPostgres
-from informers.config import load_kubeconfig
-from informers.discovery import Discovery
-from informers.errors import ForbiddenError
 from informers.reflector_machine import ReflectorOptions
-from informers.transport import Transport
+from kubeclient.config import load_kubeconfig
+from kubeclient.discovery import Discovery
+from kubeclient.errors import ForbiddenError
+from kubeclient.transport import Transport
 from tests.integration.postgres.conftest import condition, external_instance, set_policy, wait_for
 from tests.rbac_usage import (
     Access,

@@ -12,8 +12,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from informers.errors import NotFoundError
-from informers.transport import Transport
+from kubeclient.errors import NotFoundError
+from kubeclient.transport import Transport
 
 
 class UnknownKindError(LookupError):

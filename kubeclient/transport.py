@@ -30,8 +30,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from informers.config import ClusterConfig
-from informers.errors import ApiError, error_from_status, parse_retry_after
+from kubeclient.config import ClusterConfig
+from kubeclient.errors import ApiError, error_from_status, parse_retry_after
 
 log = logging.getLogger(__name__)
 
