@@ -83,7 +83,7 @@ class Calls:
     def of(self, request: Request) -> list[float]:
         return [t for r, t, _ in self.calls if r == request]
 
-    async def wait(self, n: int, request: Request | None = None, timeout: float = 5.0) -> None:
+    async def wait(self, n: int, request: Request | None = None, timeout: float = 30.0) -> None:
         async def until() -> None:
             while True:
                 count = len(self.calls) if request is None else len(self.of(request))
