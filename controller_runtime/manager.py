@@ -76,6 +76,8 @@ METRICS_SERVER = "metrics-server"
 """The metrics server's task name (metrics label) and ``/healthz`` check name."""
 HEALTH_SERVER = "health-server"
 """The health-probe server's task name (metrics label)."""
+LISTENER_CHECK_PERIOD = 1.0
+"""Seconds between two checks that a server's listener still serves."""
 
 
 class Runnable(Protocol):
@@ -282,13 +284,14 @@ class Manager:
             with contextlib.suppress(asyncio.CancelledError):
                 await _logged("stopping a server's supervisor", task)
         self._server_tasks = []
-        for name, listener in self._listeners.items():
-            listener.close()
-            await _logged(f"closing the {name}", listener.wait_closed())
-        self._listeners = {}
-        for runner in self._runners:
+        for listener in self._listeners.values():
+            listener.close()  # no new connections
+        for runner in self._runners:  # closes the open ones
             await _logged("cleaning up an HTTP server", runner.cleanup())
         self._runners = []
+        for name, listener in self._listeners.items():
+            await _logged(f"closing the {name}", listener.wait_closed())
+        self._listeners = {}
         await _logged("closing the API server connections", self.transport.close())
 
     # -- HTTP endpoints ---------------------------------------------------------------------
@@ -349,12 +352,11 @@ class Manager:
                     TASK_RESTARTS.labels(name).inc()
                     log.warning("the %s listens again on %s:%d", name, *at)
                     failures = 0
-                await listener.serve_forever()  # returns only by an exception
-            except asyncio.CancelledError as err:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # our own stop
-                error = err  # the listener was closed under us
+                # Polled: no event announces a listener closed elsewhere, and serve_forever()
+                # closes the server and waits for its connections when cancelled, which a
+                # scraper's keep-alive connection could hold up at shutdown.
+                while listener.is_serving():  # noqa: ASYNC110 (see above)
+                    await asyncio.sleep(LISTENER_CHECK_PERIOD)
             except Exception as err:
                 error = err
             failures += 1
@@ -369,7 +371,7 @@ class Manager:
                 *at,
                 type(error).__name__ if error is not None else "closed",
                 delay,
-                exc_info=error if not isinstance(error, asyncio.CancelledError) else None,
+                exc_info=error,
             )
             await asyncio.sleep(delay)
 
