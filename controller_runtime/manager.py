@@ -34,8 +34,9 @@ exception in a long-running task is logged with its traceback and counted in
 * anything that still escapes the leader-election task or the controllers' start ends
   :meth:`run` with that exception, after a logged shutdown: the entry point exits non-zero;
 * an exception that reaches the event loop's handler (raised in a callback or a listener, or
-  a task's exception nobody retrieved) is counted as ``task="event-loop"`` while :meth:`run`
-  runs, and logged by the handler that was installed before (asyncio's by default).
+  a task's exception nobody retrieved) is counted as ``task="event-loop"`` from the first
+  :meth:`run` on that loop on, and logged by the handler that was installed before
+  (asyncio's by default).
 """
 
 from __future__ import annotations
@@ -187,13 +188,8 @@ class Manager:
 
     async def run(self) -> None:
         """Run until :meth:`request_stop`; see the module docstring."""
-        loop = asyncio.get_running_loop()
-        previous_handler = loop.get_exception_handler()
-        loop.set_exception_handler(_counting_exception_handler(previous_handler))
-        try:
-            await self._run()
-        finally:
-            loop.set_exception_handler(previous_handler)
+        _count_loop_exceptions(asyncio.get_running_loop())
+        await self._run()
 
     async def _run(self) -> None:
         try:
@@ -424,20 +420,29 @@ class Manager:
 LoopExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
 
 
-def _counting_exception_handler(previous: LoopExceptionHandler | None) -> LoopExceptionHandler:
+class _CountingExceptionHandler:
     """An event-loop exception handler that counts what reaches it (an exception raised in a
     callback or a listener, a task's exception nobody retrieved) as
     ``controller_runtime_task_failures_total{task="event-loop"}``, then hands it to
     ``previous`` (by default asyncio's, which logs it with its traceback)."""
 
-    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    def __init__(self, previous: LoopExceptionHandler | None) -> None:
+        self.previous = previous
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         TASK_FAILURES.labels(EVENT_LOOP).inc()
-        if previous is not None:
-            previous(loop, context)
+        if self.previous is not None:
+            self.previous(loop, context)
         else:
             loop.default_exception_handler(context)
 
-    return handle
+
+def _count_loop_exceptions(loop: asyncio.AbstractEventLoop) -> None:
+    """Install the counting handler on ``loop`` once, wrapping the handler in place. It stays
+    for the loop's lifetime: several managers may share a loop and stop in any order, so
+    none of them can safely put the previous handler back."""
+    if not isinstance(loop.get_exception_handler(), _CountingExceptionHandler):
+        loop.set_exception_handler(_CountingExceptionHandler(loop.get_exception_handler()))
 
 
 async def _logged(what: str, step: Awaitable[object]) -> None:
