@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import sys
 from collections.abc import Sequence
@@ -180,7 +181,15 @@ def settings_from(argv: Sequence[str] | None = None) -> OperatorSettings:
     )
 
 
+def enable_crash_tracebacks() -> None:
+    """Dump every thread's Python traceback to stderr if the process dies of a fatal signal
+    (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL), e.g. an abort inside the event loop's C code:
+    the Pod's last log then says where, instead of nothing."""
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    enable_crash_tracebacks()
     settings = settings_from(argv)
     configure_logging(settings.log_level, settings.log_format)
     from controller_runtime.manager import install_uvloop  # noqa: PLC0415 (after logging)
