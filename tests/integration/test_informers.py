@@ -594,7 +594,9 @@ async def test_a_slow_handler_is_not_a_dead_connection_and_loses_no_event(
     """A coroutine handler with a one-slot buffer, far slower than the idle window: the reader
     waits on it for many idle windows. The idle timer must not fire (the server was not
     silent), and the handler must get every object."""
-    options = ReflectorOptions(watch_timeout_min=2, watch_timeout_max=3, idle_margin=0.2)
+    # Idle window 5-6 s (the margin leaves a loaded server 1 s to close at its timeout); the
+    # events queued behind the handler take ~8 s to hand over.
+    options = ReflectorOptions(watch_timeout_min=4, watch_timeout_max=5, idle_margin=1.0)
     informer = SharedInformer(
         transport,
         await Discovery(transport).resolve("v1", "ConfigMap"),
@@ -603,10 +605,10 @@ async def test_a_slow_handler_is_not_a_dead_connection_and_loses_no_event(
     )
     got: list[str] = []
     done = asyncio.Event()
-    names = [f"cm-{i:03d}" for i in range(40)]
+    names = [f"cm-{i:03d}" for i in range(80)]
 
     async def slow(delta: StoreDelta, initial: bool) -> None:
-        await asyncio.sleep(0.15)  # 40 events: ~6 s, two idle windows at least
+        await asyncio.sleep(0.1)  # a slow handler
         got.append(delta.key.split("/", 1)[1])
         if set(names) <= set(got):
             done.set()
