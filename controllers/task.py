@@ -90,9 +90,7 @@ class TaskReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            task = await self.client.get(
-                TASK_API_VERSION, TASK_KIND, request.name, request.namespace
-            )
+            task = await self.client.get(TASK_API_VERSION, TASK_KIND, request)
         except NotFoundError:
             return None  # deleted: nothing to do
         status, wake_in = derive_status(task, self.clock())

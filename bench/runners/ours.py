@@ -51,9 +51,7 @@ class WriteHeavyTaskReconciler(TaskReconciler):
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            task = await self.client.get(
-                TASK_API_VERSION, TASK_KIND, request.name, request.namespace
-            )
+            task = await self.client.get(TASK_API_VERSION, TASK_KIND, request)
         except NotFoundError:
             return None
         now = self.clock()

@@ -129,7 +129,7 @@ class BindingReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            binding = await self.client.get(API_VERSION, BINDING, request.name, request.namespace)
+            binding = await self.client.get(API_VERSION, BINDING, request)
         except NotFoundError:
             return None
         if not is_being_deleted(binding):
@@ -154,7 +154,7 @@ class BindingReconciler:
         instance_name = ref_name(binding, "instanceRef") or ""
         try:
             instance = await self.client.get(
-                API_VERSION, INSTANCE, instance_name, meta["namespace"]
+                API_VERSION, INSTANCE, name=instance_name, namespace=meta["namespace"]
             )
         except NotFoundError:
             await not_ready(
@@ -214,7 +214,7 @@ class BindingReconciler:
         log = reconcile_logger(__name__)
         try:
             existing: Obj | None = await self.client.live.get(
-                "v1", "Secret", name, meta["namespace"]
+                "v1", "Secret", name=name, namespace=meta["namespace"]
             )
         except NotFoundError:
             existing = None
@@ -264,7 +264,9 @@ class BindingReconciler:
             ("v1", "Secret", secret_name(binding)),
         ):
             try:
-                obj = await self.client.live.get(api_version, kind, name, meta["namespace"])
+                obj = await self.client.live.get(
+                    api_version, kind, name=name, namespace=meta["namespace"]
+                )
             except NotFoundError:
                 continue
             if not is_controlled_by(obj, binding):

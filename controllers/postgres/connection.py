@@ -25,7 +25,7 @@ class ConfigurationError(ValueError):
 async def read_secret(client: Client, name: str, namespace: str) -> dict[str, str] | None:
     """The decoded data of Secret ``namespace/name`` (live read), or ``None`` if absent."""
     try:
-        return decode_secret(await client.live.get("v1", "Secret", name, namespace))
+        return decode_secret(await client.live.get("v1", "Secret", name=name, namespace=namespace))
     except NotFoundError:
         return None
 

@@ -130,7 +130,7 @@ class InstanceReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            instance = await self.client.get(API_VERSION, INSTANCE, request.name, request.namespace)
+            instance = await self.client.get(API_VERSION, INSTANCE, request)
         except NotFoundError:
             return None
         if not is_being_deleted(instance):
@@ -145,7 +145,7 @@ class InstanceReconciler:
 
     async def _policy(self) -> Obj | None:
         try:
-            return await self.client.get(API_VERSION, POLICY, POLICY_NAME)
+            return await self.client.get(API_VERSION, POLICY, name=POLICY_NAME)
         except NotFoundError:
             return None
 
@@ -260,7 +260,7 @@ class InstanceReconciler:
         status["observedGeneration"] = generation
         try:
             sts: Obj | None = await self.client.get(
-                "apps/v1", "StatefulSet", names.statefulset, meta["namespace"]
+                "apps/v1", "StatefulSet", name=names.statefulset, namespace=meta["namespace"]
             )
         except NotFoundError:
             sts = None
@@ -383,7 +383,9 @@ class InstanceReconciler:
             return True, "restored"
         backup_name = str(instance["spec"]["restore"]["backupName"])
         try:
-            backup = await self.client.live.get(API_VERSION, BACKUP, backup_name, meta["namespace"])
+            backup = await self.client.live.get(
+                API_VERSION, BACKUP, name=backup_name, namespace=meta["namespace"]
+            )
         except NotFoundError:
             restore["phase"] = "Pending"
             return False, f"waiting for Backup {backup_name!r} to exist"
@@ -395,7 +397,9 @@ class InstanceReconciler:
             return False, f"waiting for Backup {backup_name!r} to succeed"
         name = jobs.job_name(meta["name"], "restore")
         try:
-            job: Obj | None = await self.client.get("batch/v1", "Job", name, meta["namespace"])
+            job: Obj | None = await self.client.get(
+                "batch/v1", "Job", name=name, namespace=meta["namespace"]
+            )
         except NotFoundError:
             job = None
         if job is None:
@@ -453,7 +457,7 @@ class InstanceReconciler:
         name = render.Names(meta["name"]).pdb
         try:
             existing = await self.client.get(
-                "policy/v1", "PodDisruptionBudget", name, meta["namespace"]
+                "policy/v1", "PodDisruptionBudget", name=name, namespace=meta["namespace"]
             )
         except NotFoundError:
             return

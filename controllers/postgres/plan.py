@@ -130,7 +130,7 @@ class PlanReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            plan = await self.client.get(API_VERSION, BACKUP_PLAN, request.name, request.namespace)
+            plan = await self.client.get(API_VERSION, BACKUP_PLAN, request)
         except NotFoundError:
             return None
         if plan["metadata"].get("deletionTimestamp"):

@@ -90,13 +90,15 @@ class UserReconciler:
         if name is None:
             return None
         try:
-            return await self.client.get(API_VERSION, INSTANCE, name, user["metadata"]["namespace"])
+            return await self.client.get(
+                API_VERSION, INSTANCE, name=name, namespace=user["metadata"]["namespace"]
+            )
         except NotFoundError:
             return None
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            user = await self.client.get(API_VERSION, USER, request.name, request.namespace)
+            user = await self.client.get(API_VERSION, USER, request)
         except NotFoundError:
             return None
         instance = await self._instance(user)
