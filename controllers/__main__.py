@@ -12,8 +12,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from controller_runtime import configure_logging
 from controllers.app import ENABLED_BY_DEFAULT, KNOWN_CONTROLLERS, OperatorSettings, run_operator
-from controllers.logsetup import configure_logging
 
 log = logging.getLogger("controllers")
 
@@ -183,7 +183,7 @@ def settings_from(argv: Sequence[str] | None = None) -> OperatorSettings:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from(argv)
     configure_logging(settings.log_level, settings.log_format)
-    from controller_runtime.manager import install_uvloop  # noqa: PLC0415 (after logging)
+    from controller_runtime import install_uvloop  # noqa: PLC0415 (after logging)
 
     if install_uvloop():
         log.debug("using uvloop")

@@ -6,10 +6,20 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from controller_runtime.cache import CacheSyncTimeoutError
-from controller_runtime.controller import ControllerOptions
-from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElectionLostError
-from controller_runtime.manager import Manager, ManagerOptions, run_until_signalled
+from controller_runtime import (
+    SERVICE_ACCOUNT_DIR,
+    CacheSyncTimeoutError,
+    ClusterConfig,
+    ConfigError,
+    ControllerOptions,
+    LeaderElectionConfig,
+    LeaderElectionLostError,
+    Manager,
+    ManagerOptions,
+    UnknownKindError,
+    load_config,
+    run_until_signalled,
+)
 from controllers.postgres import (
     setup_backup_controller,
     setup_binding_controller,
@@ -18,8 +28,6 @@ from controllers.postgres import (
     setup_user_controller,
 )
 from controllers.task import setup_task_controller
-from kubeclient.config import SERVICE_ACCOUNT_DIR, ClusterConfig, ConfigError, load_config
-from kubeclient.discovery import UnknownKindError
 
 log = logging.getLogger("controllers")
 

@@ -17,16 +17,19 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from controller_runtime import (
+    Transport,
+    configure_logging,
+    in_cluster_available,
+    install_uvloop,
+    load_kubeconfig,
+)
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.__main__ import print_access
-from controller_runtime.manager import install_uvloop
 from controllers.__main__ import main as operator_main
 from controllers.__main__ import settings_from
 from controllers.app import run_operator
-from controllers.logsetup import configure_logging
 from controllers.postgres.localserver import LocalPostgres, PostgresNotFoundError
-from kubeclient.config import in_cluster_available, load_kubeconfig
-from kubeclient.transport import Transport
 
 DEMO_NAMESPACE = "demo"
 

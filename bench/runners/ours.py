@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.runners.stamp import stamped
-from controller_runtime import ControllerBuilder, Request, Result
+from controller_runtime import ControllerBuilder, Request, Result, configure_logging
 from controller_runtime.client import Client
 from controller_runtime.controller import ControllerOptions
 from controller_runtime.manager import (
@@ -29,7 +29,6 @@ from controller_runtime.manager import (
     install_uvloop,
     run_until_signalled,
 )
-from controllers.logsetup import configure_logging
 from controllers.task import (
     TASK_API_VERSION,
     TASK_KIND,

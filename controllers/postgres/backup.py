@@ -17,16 +17,20 @@ from __future__ import annotations
 from typing import Any
 
 from controller_runtime import (
+    AlreadyExistsError,
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
     reconcile_logger,
+    set_controller_reference,
 )
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import EventRecorder, set_controller_reference
 from controllers.postgres import jobs
 from controllers.postgres.api import API_VERSION, BACKUP, INSTANCE, POLICY, POLICY_NAME, ref_name
 from controllers.postgres.common import (
@@ -37,7 +41,6 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.policy import image_for, parse_version
-from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})

@@ -26,22 +26,23 @@ from typing import Any
 from urllib.parse import quote
 
 from controller_runtime import (
+    AlreadyExistsError,
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
-    reconcile_logger,
-)
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import (
-    EventRecorder,
     contains_finalizer,
     ensure_finalizer,
     get_condition,
     is_being_deleted,
     is_controlled_by,
+    reconcile_logger,
     release_finalizer,
     set_controller_reference,
 )
@@ -70,7 +71,6 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.scram import generate_password
-from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "service-binding"

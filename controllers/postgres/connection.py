@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_runtime.client import Client
-from controller_runtime.predicates import Predicate
+from controller_runtime import Client, NotFoundError, Predicate, StoreDelta
 from controllers.postgres.common import decode_secret
 from controllers.postgres.render import SUPERUSER, Names, endpoint
 from controllers.postgres.sql import ConnInfo
-from informers.store import StoreDelta
-from kubeclient.errors import NotFoundError
 
 
 class ConfigurationError(ValueError):

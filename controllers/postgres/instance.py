@@ -29,20 +29,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller_runtime import (
+    DELETED,
+    AlreadyExistsError,
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
-    reconcile_logger,
-)
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import (
-    EventRecorder,
+    StoreDelta,
     contains_finalizer,
     ensure_finalizer,
     is_being_deleted,
+    reconcile_logger,
     release_finalizer,
     set_controller_reference,
 )
@@ -83,8 +86,6 @@ from controllers.postgres.policy import (
     server_version,
 )
 from controllers.postgres.scram import generate_password
-from informers.store import DELETED, StoreDelta
-from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 log = logging.getLogger(__name__)
 

@@ -25,16 +25,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller_runtime import (
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
+    handle_finalization,
+    is_being_deleted,
+    is_true,
     reconcile_logger,
 )
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import EventRecorder, handle_finalization, is_being_deleted, is_true
 from controllers.postgres import sql
 from controllers.postgres.api import (
     API_VERSION,
@@ -58,7 +63,6 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
-from kubeclient.errors import NotFoundError
 
 Obj = dict[str, Any]
 
