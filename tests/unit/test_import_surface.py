@@ -81,6 +81,22 @@ def test_imports_come_only_from_the_controller_runtime_package(where: str, tree:
         if module == "controller_runtime":
             missing = sorted(set(names) - exported)
             assert not missing, f"{where} line {line}: controller_runtime does not export {missing}"
+    # ``import controller_runtime as ctrl``: every ``ctrl.X`` must be exported too.
+    aliases = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name == "controller_runtime"
+    }
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in aliases
+    }
+    assert used <= exported, f"{where}: controller_runtime does not export {used - exported}"
 
 
 def test_everything_exported_exists() -> None:
