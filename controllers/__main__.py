@@ -42,11 +42,11 @@ def _concurrency(value: str) -> tuple[str, int]:
     return name, _positive(count)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m controllers",
-        description="Run the operator: the Task and PostgreSQL controllers on one manager.",
-    )
+def parser(
+    prog: str = "python -m controllers",
+    description: str = "Run the operator: the Task and PostgreSQL controllers on one manager.",
+) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
     cluster = p.add_argument_group("cluster")
     cluster.add_argument(
         "--kubeconfig",
@@ -143,8 +143,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from(argv: Sequence[str] | None = None) -> OperatorSettings:
-    p = parser()
+def settings_from(
+    argv: Sequence[str] | None = None, *, p: argparse.ArgumentParser | None = None
+) -> OperatorSettings:
+    """The settings ``argv`` asks for; ``--help`` and bad flags exit (status 0 and 2) here,
+    before anything starts. ``p``: the parser to use (default: :func:`parser`)."""
+    p = p or parser()
     args = p.parse_args(argv)
     enabled = [c.strip() for c in args.controllers.split(",") if c.strip()]
     unknown = [c for c in enabled if c not in KNOWN_CONTROLLERS]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,24 @@ class OperatorSettings:
     log_format: str = "text"
 
 
+def busy_port_message(settings: OperatorSettings, *, metrics_started: bool) -> str:
+    """One line for an endpoint whose port is taken: which one, and the flag that moves it.
+    The manager binds metrics first, so if metrics did not start (and are on), it was them."""
+    metrics_on = settings.metrics_bind_address not in (None, "", "0")
+    if metrics_on and not metrics_started:
+        what, address, flag = "metrics", settings.metrics_bind_address, "--metrics-bind-address"
+    else:
+        what, address, flag = (
+            "health probes",
+            settings.health_probe_bind_address,
+            "--health-probe-bind-address",
+        )
+    return (
+        f"cannot serve {what} on {address}: the address is already in use (another operator "
+        f"running?); choose a free one with {flag}=HOST:PORT, or {flag}=0 to turn it off"
+    )
+
+
 def _lease_namespace(settings: OperatorSettings, config: ClusterConfig) -> str:
     if settings.leader_election_namespace:
         return settings.leader_election_namespace
@@ -140,6 +159,13 @@ async def run_operator(settings: OperatorSettings) -> int:
     )
     try:
         await run_until_signalled(manager)
+    except OSError as err:
+        if err.errno != errno.EADDRINUSE:
+            raise
+        log.error(
+            "%s", busy_port_message(settings, metrics_started=manager.metrics_url is not None)
+        )
+        return 1
     except LeaderElectionLostError as err:
         log.error("%s; exiting so that the process restarts as a follower", err)
         return 1

@@ -10,6 +10,7 @@ or the process runs in a Pod. Extra arguments are passed to the operator
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -25,10 +26,10 @@ from controller_runtime import (
     load_kubeconfig,
 )
 from controller_runtime.envtest import ControlPlane
-from controller_runtime.envtest.__main__ import print_access
+from controller_runtime.envtest.__main__ import plane_kubectl, print_access
 from controllers.__main__ import main as operator_main
-from controllers.__main__ import settings_from
-from controllers.app import run_operator
+from controllers.__main__ import parser, settings_from
+from controllers.app import OperatorSettings, run_operator
 from controllers.postgres.localserver import LocalPostgres, PostgresNotFoundError
 
 DEMO_NAMESPACE = "demo"
@@ -116,8 +117,8 @@ async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -
             await transport.request("POST", f"{base}/{plural}", body=body)
 
 
-def print_postgres_access(plane: ControlPlane) -> None:
-    kubectl = f"kubectl --kubeconfig {plane.kubeconfig}"
+def print_postgres_access(plane: ControlPlane, kubectl_executable: str = "kubectl") -> None:
+    kubectl = f"{kubectl_executable} --kubeconfig {plane.kubeconfig}"
     print(f"postgres:    {kubectl} get pgvp,pgi,pgsb,pgu -n {DEMO_NAMESPACE}")
     print(f"             {kubectl} describe postgresinstance demo-db -n {DEMO_NAMESPACE}")
     print(f"             {kubectl} get events -n {DEMO_NAMESPACE}")
@@ -127,10 +128,38 @@ def print_postgres_access(plane: ControlPlane) -> None:
     )
 
 
+def dev_parser() -> argparse.ArgumentParser:
+    return parser(
+        prog="python -m controllers.dev",
+        description="make run: the operator against the configured cluster, or on a local "
+        "control plane with example objects when none is configured. Takes the operator's "
+        "flags (python -m controllers --help).",
+    )
+
+
+def endpoint(address: str | None, path: str) -> str:
+    """Where the operator will serve ``path`` for a bind ``address`` flag."""
+    if not address or address == "0":
+        return "off"
+    host, _, port = address.rpartition(":")
+    if port == "0":
+        return f"a free port, see the log ({path})"
+    return f"http://{host or '0.0.0.0'}:{port}{path}"
+
+
+def print_endpoints(settings: OperatorSettings) -> None:
+    print(f"metrics:     {endpoint(settings.metrics_bind_address, '/metrics')}")
+    probes = endpoint(settings.health_probe_bind_address, "/healthz")
+    print(f"probes:      {probes}" + (" and /readyz" if probes.startswith("http") else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if cluster_configured():
+    # --help and bad flags answer here, before a control plane or PostgreSQL starts.
+    requested = settings_from(args, p=dev_parser())
+    if cluster_configured() or requested.kubeconfig:
         print("a cluster is configured: running the operator against it", flush=True)
+        print_endpoints(requested)
         return operator_main(args)
     # Both started here, in the main thread: they die with it (PR_SET_PDEATHSIG).
     with ControlPlane() as plane, contextlib.ExitStack() as stack:
@@ -143,14 +172,16 @@ def main(argv: list[str] | None = None) -> int:
         except (PostgresNotFoundError, RuntimeError) as err:
             print(f"no local PostgreSQL, so no postgres examples: {err}", flush=True)
             postgres = False
-        print_access(plane)
-        kubectl = f"kubectl --kubeconfig {plane.kubeconfig}"
+        kubectl_executable = plane_kubectl(plane)
+        print_access(plane, kubectl_executable)
+        kubectl = f"{kubectl_executable} --kubeconfig {plane.kubeconfig}"
         print(f"watch:       {kubectl} get tasks -n {DEMO_NAMESPACE} -w")
         print(f"             {kubectl} describe task write-report -n {DEMO_NAMESPACE}")
         if postgres:
-            print_postgres_access(plane)
-        print("Ctrl-C stops the operator, PostgreSQL and the control plane.", flush=True)
+            print_postgres_access(plane, kubectl_executable)
         settings = settings_from(["--kubeconfig", str(plane.kubeconfig), *args])
+        print_endpoints(settings)
+        print("Ctrl-C stops the operator, PostgreSQL and the control plane.", flush=True)
         configure_logging(settings.log_level, settings.log_format)
         install_uvloop()
         return asyncio.run(run_operator(settings))

@@ -22,6 +22,7 @@ from controller_runtime.envtest.controlplane import (
     ControlPlane,
     ControlPlaneError,
 )
+from controller_runtime.envtest.kubectl import kubectl_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,10 +51,17 @@ def wait_for_signal() -> None:
         pass
 
 
-def print_access(plane: ControlPlane) -> None:
+def plane_kubectl(plane: ControlPlane) -> str:
+    """The kubectl to print for ``plane``: see
+    :func:`~controller_runtime.envtest.kubectl.kubectl_command`."""
+    return kubectl_command(plane.binaries.kubectl if plane.binaries else None)
+
+
+def print_access(plane: ControlPlane, kubectl: str | None = None) -> None:
+    kubectl = kubectl or plane_kubectl(plane)
     print(f"API server:  {plane.server}")
     print(f"kubeconfig:  {plane.kubeconfig}")
-    print(f"try:         kubectl --kubeconfig {plane.kubeconfig} get crds")
+    print(f"try:         {kubectl} --kubeconfig {plane.kubeconfig} get crds")
     print(f"             export KUBECONFIG={plane.kubeconfig}", flush=True)
 
 
