@@ -129,6 +129,26 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
     )
 
 
+class EndpointAnnouncer:
+    """Logs where the manager serves metrics and probes, once it does (the manager starts
+    runnables that need no leadership right after its endpoints), so that a port 0 or ``:8080``
+    setting shows up as a URL to open."""
+
+    need_leader_election = False
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+
+    async def start(self) -> None:
+        metrics = f"{self.manager.metrics_url}/metrics" if self.manager.metrics_url else "off"
+        health = self.manager.health_url
+        probes = f"{health}/healthz and {health}/readyz" if health else "off"
+        log.info("serving metrics at %s, probes at %s", metrics, probes)
+
+    async def stop(self, drain_timeout: float | None) -> None:
+        return None
+
+
 async def setup_controllers(manager: Manager, settings: OperatorSettings) -> None:
     for name in settings.controllers:
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
@@ -143,6 +163,7 @@ async def run_operator(settings: OperatorSettings) -> int:
         log.error("%s", err)
         return 1
     manager = build_manager(settings, config)
+    manager.add(EndpointAnnouncer(manager))
     try:
         await setup_controllers(manager, settings)
     except UnknownKindError as err:

@@ -143,7 +143,7 @@ def endpoint(address: str | None, path: str) -> str:
         return "off"
     host, _, port = address.rpartition(":")
     if port == "0":
-        return f"a free port, see the log ({path})"
+        return f"a free port, logged at start ({path})"
     return f"http://{host or '0.0.0.0'}:{port}{path}"
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import signal
 import socket
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,3 +111,48 @@ async def test_a_busy_port_ends_in_one_line_naming_the_flag(
     assert len(errors) == 1, err
     assert f"on {address}: the address is already in use" in errors[0]
     assert f"{named}=HOST:PORT" in errors[0]
+
+
+async def test_the_operator_logs_where_metrics_and_probes_listen(
+    control_plane: ControlPlane,
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "controllers",
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+        "--controllers",
+        "task",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+        "--health-probe-bind-address",
+        "127.0.0.1:0",
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(120):
+            while b"serving metrics at" not in (line := await proc.stderr.readline()):
+                assert line, "the operator ended without saying where it serves"
+        found = re.search(
+            r"serving metrics at (http://\S+/metrics), probes at (http://\S+/healthz) and ",
+            line.decode(),
+        )
+        assert found, line
+        for url in found.groups():
+            status, _ = await asyncio.to_thread(fetch, url)
+            assert status == 200, url
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def fetch(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return answer.status, answer.read()
