@@ -176,6 +176,8 @@ async def load_kubeconfig(
     simple = read_simple_kubeconfig(Path(path), context)
     if simple is not None:
         return simple
+    # Imported here: kubernetes-asyncio takes seconds to import (its generated API modules),
+    # and command lines that only parse flags (``--help``) should not pay for it.
     from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
     from kubernetes_asyncio.config import kube_config  # noqa: PLC0415
 
