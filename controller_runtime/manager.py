@@ -200,8 +200,12 @@ class Manager:
         await self._run()
 
     async def _run(self) -> None:
+        serving = False
         try:
             await self._serve()
+            # An endpoint that cannot bind is a start-up error the caller reports (the operator
+            # names the flag to change); only failures after that are logged here.
+            serving = True
             for runnable in self.runnables:
                 if not runnable.need_leader_election:
                     await runnable.start()
@@ -213,11 +217,12 @@ class Manager:
         except (LeaderElectionLostError, asyncio.CancelledError):
             raise
         except Exception as err:
-            log.error(
-                "the manager failed (%s); shutting down so that the process exits non-zero",
-                type(err).__name__,
-                exc_info=err,
-            )
+            if serving:
+                log.error(
+                    "the manager failed (%s); shutting down so that the process exits non-zero",
+                    type(err).__name__,
+                    exc_info=err,
+                )
             raise
         finally:
             await self._shutdown()
