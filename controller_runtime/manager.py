@@ -200,12 +200,16 @@ class Manager:
         await self._run()
 
     async def _run(self) -> None:
-        serving = False
         try:
+            # A failure to bind an endpoint (OSError, e.g. EADDRINUSE) is raised unlogged: the
+            # caller knows which option names the address and says so in one line.
             await self._serve()
-            # An endpoint that cannot bind is a start-up error the caller reports (the operator
-            # names the flag to change); only failures after that are logged here.
-            serving = True
+            await self._start_and_lead()
+        finally:
+            await self._shutdown()
+
+    async def _start_and_lead(self) -> None:
+        try:
             for runnable in self.runnables:
                 if not runnable.need_leader_election:
                     await runnable.start()
@@ -217,15 +221,12 @@ class Manager:
         except (LeaderElectionLostError, asyncio.CancelledError):
             raise
         except Exception as err:
-            if serving:
-                log.error(
-                    "the manager failed (%s); shutting down so that the process exits non-zero",
-                    type(err).__name__,
-                    exc_info=err,
-                )
+            log.error(
+                "the manager failed (%s); shutting down so that the process exits non-zero",
+                type(err).__name__,
+                exc_info=err,
+            )
             raise
-        finally:
-            await self._shutdown()
 
     async def _wait_for_caches(self) -> None:
         waiting = asyncio.create_task(self.cache.wait_for_sync(self.options.cache_sync_timeout))
