@@ -351,6 +351,8 @@ async def run_schedule(
     try:
         async with _operator(config, scenario, namespace, guard, stale) as (manager, lagging):
             await manager.cache.wait_for_sync(60)
+            for index in range(scenario.objects):  # every schedule starts from live objects
+                await scenario.act("create", index)
             for number, step in enumerate(schedule, 1):
                 await apply_step(step, scenario, lagging)
                 report.invariant_checks += 1

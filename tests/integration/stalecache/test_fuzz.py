@@ -85,7 +85,11 @@ async def _fuzz(
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
 @FUZZ
-@given(schedule=schedules(TaskScenario.resources, TaskScenario.actions, TaskScenario.objects))
+@given(
+    schedule=schedules(
+        TaskScenario.resources, TaskScenario.actions, TaskScenario.objects, max_steps=14
+    )
+)
 async def test_task_controller_under_a_scheduled_cache(
     admin_config: ClusterConfig,
     transport: Transport,
