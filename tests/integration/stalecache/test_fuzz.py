@@ -170,3 +170,17 @@ def test_schedules_only_name_the_scenario_resources(data: st.DataObject) -> None
             assert step.resource == "tasks"
         if isinstance(step, Act):
             assert step.action == "create" and 0 <= step.index < 2
+
+
+async def test_regression_task_recreated_with_the_same_generation_during_a_relist(
+    admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
+) -> None:
+    schedule: list[Step] = [
+        Lag("tasks", 2.0),
+        Act("recreate", 1),
+        Expire("tasks"),
+        Wait(0.5),
+    ]
+    scenario = make_scenario("task", transport, request)
+    report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
+    assert not report.failures, report.failures
