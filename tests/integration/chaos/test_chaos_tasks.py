@@ -17,67 +17,21 @@ run prints the command that repeats its seed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
-import itertools
-import os
 import random
-import shutil
-import socket
-import sys
-import tempfile
-import time
-import urllib.request
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
-from controller_runtime.envtest import ControlPlane, use_existing_cluster
-from controller_runtime.envtest.faultproxy import FaultProxy
+from controller_runtime.envtest import ControlPlane
 from controllers.task import TASK_API_VERSION, derive_status
-from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ApiError
-from kubeclient.transport import Transport
+from tests.integration.chaos.cluster import SEED, TASKS, TIMEOUT, Chaos, replicas, run_chaos
 
 pytestmark = pytest.mark.integration
 
-SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 30))
-TASKS = int(os.environ.get("CHAOS_TASKS", "200"))
-FAULT_SECONDS = float(os.environ.get("CHAOS_SECONDS", "20"))
-CONVERGE_WITHIN = 120.0
-"""Seconds every Task has after the last fault: a lease takeover (15 s with the defaults)
-plus a full resync of every Task on a shared, loaded machine, with a wide margin."""
-NAMESPACE = "chaos"
-LEASE = ("default", "controller-runtime-py-operator")
-SHORT_LEASE = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"]
-FAULTS = (
-    "cut",
-    "freeze",
-    "latency",
-    "apiserver-restart",
-    "compaction",
-    "kill-leader",
-    "partition-leader",
-    "all-cut-off",
-)
-AUDIT_POLICY = """\
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch"]
-  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
-- level: Metadata
-  verbs: ["update", "patch"]
-  resources: [{group: "tasks.crpy.io", resources: ["tasks/status"]}]
-- level: None
-"""
 SPECS: tuple[dict[str, Any], ...] = (
     {"priority": 1},
     {"priority": 2, "taskState": "InProgress", "deadline": "2020-01-01T00:00:00Z"},
@@ -87,115 +41,10 @@ SPECS: tuple[dict[str, Any], ...] = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclasses.dataclass
-class Replica:
-    name: str
-    args: list[str]
-    proxy: FaultProxy
-    kubeconfig: Path
-    metrics_port: int
-    health_port: int
-    log: Path
-    process: asyncio.subprocess.Process | None = None
-    restarts: int = 0
-
-    async def start(self) -> None:
-        out = self.log.open("ab")
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "controllers",
-            "--kubeconfig", str(self.kubeconfig),
-            "--controllers", "task",
-            "--namespace", NAMESPACE,
-            "--leader-elect", "--leader-election-namespace", LEASE[0],
-            "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
-            "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
-            *self.args,
-            stdout=out, stderr=out,
-        )  # fmt: skip
-        out.close()
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.returncode is None
-
-    async def stop(self, signal_number: int = 15) -> None:
-        if self.running:
-            assert self.process is not None
-            self.process.send_signal(signal_number)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.process.wait(), 20)
-            if self.process.returncode is None:
-                self.process.kill()
-                await self.process.wait()
-
-
-@dataclasses.dataclass
-class Chaos:
-    plane: ControlPlane
-    admin: Transport
-    replicas: list[Replica]
-    audit_log: Path
-    rng: random.Random
-    faults: Counter[str] = dataclasses.field(default_factory=Counter)
-    loader_ops: Counter[str] = dataclasses.field(default_factory=Counter)
-
-
-@pytest.fixture(scope="module")
-def audited_plane() -> Iterator[tuple[ControlPlane, Path]]:
-    if use_existing_cluster():
-        pytest.skip("needs a local control plane with an audit log")
-    workdir = Path(tempfile.mkdtemp(prefix="crpy-chaos-"))
-    policy = workdir / "audit-policy.yaml"
-    policy.write_text(AUDIT_POLICY)
-    audit_log = workdir / "audit.log"
-    args = {
-        "--audit-policy-file": str(policy),
-        "--audit-log-path": str(audit_log),
-        "--audit-log-maxsize": "0",
-    }
-    with ControlPlane(extra_apiserver_args=args) as plane:
-        yield plane, audit_log
-    shutil.rmtree(workdir, ignore_errors=True)
-
-
 @pytest.fixture
 async def chaos(audited_plane: tuple[ControlPlane, Path]) -> AsyncIterator[Chaos]:
-    plane, audit_log = audited_plane
-    config = await load_kubeconfig(plane.kubeconfig)
-    host, port = plane.server.removeprefix("https://").rsplit(":", 1)
-    replicas: list[Replica] = []
-    async with Transport(config) as admin:
-        await admin.request(
-            "POST",
-            "/api/v1/namespaces",
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        )
-        for index, timings in enumerate([SHORT_LEASE, SHORT_LEASE, []]):
-            proxy = await FaultProxy(host, int(port)).start()
-            identity = plane.mint_identity(f"chaos-replica-{index}", ["system:masters"])
-            kubeconfig = identity.kubeconfig.with_name(f"chaos-replica-{index}.yaml")
-            kubeconfig.write_text(identity.kubeconfig.read_text().replace(plane.server, proxy.url))
-            replica = Replica(
-                f"chaos-replica-{index}",
-                [*timings, "--log-level", "warning"],
-                proxy,
-                kubeconfig,
-                _free_port(),
-                _free_port(),
-                audit_log.with_name(f"replica-{index}.log"),
-            )
-            await replica.start()
-            replicas.append(replica)
-        yield Chaos(plane, admin, replicas, audit_log, random.Random(SEED))
-        for replica in replicas:
-            await replica.stop()
-            await replica.proxy.stop()
+    async with replicas(audited_plane, "chaos-tasks", "task") as running:
+        yield running
 
 
 # -- the loader --------------------------------------------------------------------------------
@@ -204,7 +53,7 @@ async def chaos(audited_plane: tuple[ControlPlane, Path]) -> AsyncIterator[Chaos
 async def load(chaos: Chaos, stop: asyncio.Event) -> None:
     """Create every Task, then keep updating, deleting and re-creating them until ``stop``;
     API errors (the server may be down) are counted and the loader goes on."""
-    base = f"/apis/tasks.crpy.io/v1/namespaces/{NAMESPACE}/tasks"
+    base = f"/apis/tasks.crpy.io/v1/namespaces/{chaos.namespace}/tasks"
     rng = random.Random(SEED + 1)
 
     async def call(op: str, method: str, path: str, body: Any = None) -> None:
@@ -251,135 +100,9 @@ async def load(chaos: Chaos, stop: asyncio.Event) -> None:
         await asyncio.sleep(0.02)  # pacing: about 50 writes a second
 
 
-# -- faults ------------------------------------------------------------------------------------
-
-
-async def leader(chaos: Chaos) -> Replica | None:
-    """The replica whose identity holds the Lease (from the audit log's last lease write)."""
-    holders = lease_history(chaos.audit_log)
-    if not holders:
-        return None
-    user = holders[-1][1]
-    return next((r for r in chaos.replicas if r.name == user), None)
-
-
-async def inject(chaos: Chaos, fault: str) -> None:
-    rng, replicas = chaos.rng, chaos.replicas
-    chaos.faults[fault] += 1
-    if fault == "cut":
-        for replica in replicas:
-            replica.proxy.cut_all()
-    elif fault == "freeze":
-        victim = rng.choice(replicas)
-        victim.proxy.freeze()
-        await asyncio.sleep(rng.uniform(2, 6))
-        victim.proxy.thaw()
-    elif fault == "latency":
-        for replica in replicas:
-            replica.proxy.latency = rng.choice([0.2, 0.5, 1.0])
-        await asyncio.sleep(rng.uniform(2, 5))
-        for replica in replicas:
-            replica.proxy.latency = 0.0
-    elif fault == "apiserver-restart":
-        await asyncio.to_thread(chaos.plane.stop_apiserver)
-        await asyncio.to_thread(chaos.plane.start_apiserver)
-    elif fault == "compaction":
-        await compact(chaos.plane.etcd_url)
-        for replica in replicas:
-            replica.proxy.cut_all()  # the re-watch asks for a compacted resourceVersion
-    elif fault == "kill-leader":
-        killed = await leader(chaos)
-        if killed is not None and killed.running:
-            await killed.stop(9)
-            killed.restarts += 1
-            await killed.start()  # the Pod restarts, as a follower
-    elif fault == "partition-leader":
-        alone = await leader(chaos)
-        if alone is not None:
-            alone.proxy.refuse = True
-            alone.proxy.cut_all()
-            await asyncio.sleep(rng.uniform(3, 8))
-            alone.proxy.refuse = False
-    elif fault == "all-cut-off":
-        for replica in replicas:
-            replica.proxy.refuse = True
-            replica.proxy.cut_all()
-        await asyncio.sleep(rng.uniform(2, 6))
-        for replica in replicas:
-            replica.proxy.refuse = False
-
-
-async def compact(etcd_url: str) -> None:
-    """Compact etcd at its current revision (its JSON gateway): older watches get a real 410."""
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(
-            etcd_url + path, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            result: dict[str, Any] = orjson.loads(answer.read())
-            return result
-
-    def run() -> None:
-        revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
-        post("/v3/kv/compaction", {"revision": revision, "physical": True})
-
-    await asyncio.to_thread(run)
-
-
-# -- checks ------------------------------------------------------------------------------------
-
-
-def _events(audit_log: Path) -> Iterator[dict[str, Any]]:
-    with audit_log.open("rb") as lines:
-        for line in lines:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                yield orjson.loads(line)
-
-
-def _at(event: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
-
-
-def lease_history(audit_log: Path) -> list[tuple[datetime, str]]:
-    """(time, user) of every successful write of the operator's Lease that names its writer as
-    holder, in order."""
-    out: list[tuple[datetime, str]] = []
-    for event in _events(audit_log):
-        ref = event.get("objectRef") or {}
-        if ref.get("resource") != "leases" or ref.get("name") != LEASE[1]:
-            continue
-        if (event.get("responseStatus") or {}).get("code", 0) >= 300:
-            continue
-        holder = ((event.get("responseObject") or {}).get("spec") or {}).get("holderIdentity")
-        if holder:
-            out.append((_at(event), event["user"]["username"]))
-    out.sort()
-    return out
-
-
-def writes_without_the_lease(audit_log: Path) -> tuple[int, list[str]]:
-    """Successful Task status writes, and those whose writer was not the last to write the
-    Lease as its holder at that moment."""
-    holders = lease_history(audit_log)
-    writes, bad = 0, []
-    for event in _events(audit_log):
-        ref = event.get("objectRef") or {}
-        if ref.get("resource") != "tasks" or ref.get("subresource") != "status":
-            continue
-        if (event.get("responseStatus") or {}).get("code", 0) >= 300:
-            continue
-        writes += 1
-        at, user = _at(event), event["user"]["username"]
-        current = [u for t, u in holders if t <= at]
-        if not current or current[-1] != user:
-            bad.append(f"{user} wrote {ref.get('name')} status at {at} while the holder was "
-                       f"{current[-1] if current else 'nobody'}")  # fmt: skip
-    return writes, bad
-
-
-async def unconverged(admin: Transport) -> list[str]:
-    listed = await admin.get_json(f"/apis/tasks.crpy.io/v1/namespaces/{NAMESPACE}/tasks")
+async def unconverged(chaos: Chaos) -> list[str]:
+    path = f"/apis/tasks.crpy.io/v1/namespaces/{chaos.namespace}/tasks"
+    listed = await chaos.admin.get_json(path)
     now = datetime.now(UTC)
     out = []
     for task in listed.get("items") or []:
@@ -403,92 +126,6 @@ async def unconverged(admin: Transport) -> list[str]:
     return out
 
 
-def scrape(replica: Replica) -> dict[str, float]:
-    """Sums of the operator's own metrics (by name, over labels)."""
-    url = f"http://127.0.0.1:{replica.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        text = answer.read().decode()
-    sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        with contextlib.suppress(ValueError):
-            sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return sums
-
-
-def ready(replica: Replica) -> bool:
-    url = f"http://127.0.0.1:{replica.health_port}/readyz"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
-
-
-def reproduce_command() -> str:
-    return (
-        f"CHAOS_SEED={SEED} CHAOS_TASKS={TASKS} CHAOS_SECONDS={FAULT_SECONDS:g} make integration "
-        'PYTEST_ARGS="tests/integration/chaos -s"'
-    )
-
-
+@pytest.mark.timeout(TIMEOUT)
 async def test_tasks_converge_after_chaos_and_only_the_leader_writes(chaos: Chaos) -> None:
-    print(f"\nchaos seed {SEED}: {TASKS} Tasks, {FAULT_SECONDS:g}s of faults; repeat with:\n"
-          f"  {reproduce_command()}")  # fmt: skip
-    stop = asyncio.Event()
-    loader = asyncio.create_task(load(chaos, stop))
-    started = time.monotonic()
-    while time.monotonic() - started < FAULT_SECONDS:
-        await asyncio.sleep(chaos.rng.uniform(0.5, 3.0))
-        await inject(chaos, chaos.rng.choice(FAULTS))
-    last_fault = time.monotonic()
-    stop.set()
-    await loader
-    remaining: list[str] = []
-    while time.monotonic() - last_fault < CONVERGE_WITHIN:
-        remaining = await unconverged(chaos.admin)
-        if not remaining:
-            break
-        await asyncio.sleep(0.5)  # polling the API server for the end state
-    converge = time.monotonic() - last_fault
-    writes, bad = writes_without_the_lease(chaos.audit_log)
-    holders = [u for _, u in lease_history(chaos.audit_log)]
-    changes = sum(1 for a, b in itertools.pairwise(holders) if a != b)
-    running = [r for r in chaos.replicas if r.running]
-    metrics = {r.name: scrape(r) for r in running}
-    total: dict[str, float] = {}
-    for sample in metrics.values():
-        for name, value in sample.items():
-            total[name] = total.get(name, 0.0) + value
-    summary = {
-        "seed": SEED,
-        "tasks": TASKS,
-        "faults": dict(chaos.faults),
-        "loader": dict(chaos.loader_ops),
-        "converge_seconds": round(converge, 1),
-        "status_writes": writes,
-        "writes_without_lease": len(bad),
-        "leader_changes": changes,
-        "stale_skips": total.get("controller_runtime_stale_skips_total", 0),
-        "relists": total.get("informer_relists_total", 0),
-        "watch_restarts": total.get("informer_watch_restarts_total", 0),
-        "restarts": sum(r.restarts for r in chaos.replicas),
-        "outcome": "pass" if not remaining and not bad else "FAIL",
-    }
-    print("chaos result:", orjson.dumps(summary).decode())
-    report = os.environ.get("CHAOS_REPORT")
-    if report:
-        with Path(report).open("ab") as out:  # noqa: ASYNC230 (one short line, at the end)
-            out.write(orjson.dumps(summary) + b"\n")
-    hint = f"repeat with: {reproduce_command()}"
-    assert not remaining, (
-        f"{len(remaining)} Tasks not converged after {CONVERGE_WITHIN}s, "
-        f"e.g. {remaining[:5]}; {hint}"
-    )
-    assert not bad, f"status writes without the Lease: {bad[:5]}; {hint}"
-    assert writes > 0 and changes >= 0
-    assert all(ready(r) for r in running), f"a running replica is not ready; {hint}"
-    missing = [n for n, m in metrics.items() if "informer_relists_total" not in m]
-    assert not missing, f"no informer metrics from {missing}: {sorted(metrics[missing[0]])[:20]}"
+    await run_chaos(chaos, load, unconverged, TASKS)

@@ -269,6 +269,7 @@ class RunReport:
     converge_seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
+    schedule: list[str] = field(default_factory=list)
 
 
 async def _create_namespace(transport: Transport) -> str:
@@ -345,7 +346,7 @@ async def run_schedule(
 ) -> RunReport:
     """Run ``schedule`` against ``scenario``'s controllers; the report lists every broken
     invariant (``failures``) and the stale reads seen (``stale_reads``)."""
-    report = RunReport(scenario.name, guard, len(schedule))
+    report = RunReport(scenario.name, guard, len(schedule), schedule=[repr(s) for s in schedule])
     stale = StaleReads()
     namespace = await _create_namespace(transport)
     try:

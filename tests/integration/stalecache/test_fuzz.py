@@ -40,6 +40,8 @@ from tests.integration.stalecache.scenarios import BindingScenario, TaskScenario
 pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2"))
+TIMEOUT = 300 + 120 * EXAMPLES
+"""Seconds per fuzz test: a failing schedule costs up to 45 s more each time it shrinks."""
 FUZZ = settings(
     max_examples=EXAMPLES,
     # make test: the same few schedules every run; FUZZ_EXAMPLES set (make chaos): new ones.
@@ -87,6 +89,7 @@ async def _fuzz(
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
+@pytest.mark.timeout(TIMEOUT)
 @FUZZ
 @given(
     schedule=schedules(
@@ -104,6 +107,7 @@ async def test_task_controller_under_a_scheduled_cache(
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
+@pytest.mark.timeout(TIMEOUT)
 @FUZZ
 @given(
     schedule=schedules(
