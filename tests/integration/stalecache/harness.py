@@ -36,7 +36,7 @@ from controller_runtime.reconcile import CURRENT_RECONCILE, Request
 from informers.resource_version import compare_resource_versions
 from kubeclient.config import ClusterConfig
 from kubeclient.discovery import ResourceInfo
-from kubeclient.errors import ConflictError, NotFoundError
+from kubeclient.errors import ConflictError, InvalidError, NotFoundError
 from kubeclient.transport import Transport
 
 Obj = dict[str, Any]
@@ -330,7 +330,8 @@ async def apply_step(step: Step, scenario: Scenario, lagging: WatchScheduleTrans
             if not await reconnect or lagging.stats.replays[step.resource] > replays:
                 break
     elif isinstance(step, Act):
-        with contextlib.suppress(ConflictError, NotFoundError):
+        # An action the API server refuses (a closed Task's state) is simply not done.
+        with contextlib.suppress(ConflictError, NotFoundError, InvalidError):
             await scenario.act(step.action, step.index)
     else:
         await asyncio.sleep(step.seconds)

@@ -191,3 +191,19 @@ async def test_regression_task_recreated_with_the_same_generation_during_a_relis
     scenario = make_scenario("task", transport, request)
     report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
     assert not report.failures, report.failures
+
+
+async def test_regression_task_recreated_then_replayed_from_before_the_delete(
+    admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
+) -> None:
+    """Found by the fuzzer (shrunk): the re-created Task t0 was never reconciled."""
+    schedule: list[Step] = [
+        Act("create", 0),
+        Expire("tasks"),
+        Act("create", 0),
+        Act("recreate", 0),
+        ReplayOlder("tasks", 2),
+    ]
+    scenario = make_scenario("task", transport, request)
+    report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
+    assert not report.failures, report.failures
