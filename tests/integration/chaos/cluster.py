@@ -95,6 +95,8 @@ class Replica:
     lease_id: str
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
+    exits: int = 0
+    busy: bool = False
 
     async def start(self) -> None:
         out = self.log.open("ab")
@@ -244,9 +246,11 @@ async def inject(chaos: Chaos, fault: str) -> None:
     elif fault == "kill-leader":
         killed = await leader(chaos)
         if killed is not None and killed.running:
+            killed.busy = True
             await killed.stop(9)
             killed.restarts += 1
             await killed.start()  # the Pod restarts, as a follower
+            killed.busy = False
     elif fault == "partition-leader":
         alone = await leader(chaos)
         if alone is not None:
@@ -359,6 +363,17 @@ def ready(replica: Replica) -> bool:
         return False
 
 
+async def _until_ready(replicas: list[Replica], timeout: float = 60.0) -> list[str]:
+    """Names of the replicas whose /readyz is not 200 within ``timeout`` (a replica started
+    again a moment ago is still syncing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        unready = [r.name for r in replicas if not await asyncio.to_thread(ready, r)]
+        if not unready or time.monotonic() > deadline:
+            return unready
+        await asyncio.sleep(0.5)  # polling the probe endpoint
+
+
 def reproduce_command() -> str:
     return (
         f"CHAOS_SEED={SEED} CHAOS_TASKS={TASKS} CHAOS_BINDINGS={BINDINGS} "
@@ -371,12 +386,28 @@ Loader = Callable[[Chaos, asyncio.Event], Coroutine[Any, Any, None]]
 Check = Callable[[Chaos], Awaitable[list[str]]]
 
 
+async def supervise(chaos: Chaos) -> None:
+    """What the kubelet does: start a replica again when it exits (an operator that loses
+    its Lease exits non-zero on purpose)."""
+    while True:
+        for replica in chaos.replicas:
+            if (
+                not replica.busy
+                and replica.process is not None
+                and replica.process.returncode is not None
+            ):
+                replica.exits += 1
+                await replica.start()
+        await asyncio.sleep(0.5)  # the kubelet's restart delay, shortened
+
+
 async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int) -> None:
     """Load and faults for ``FAULT_SECONDS``, then wait for convergence and check who wrote;
     prints (and with ``CHAOS_REPORT`` appends) the run's numbers."""
     print(f"\nchaos seed {SEED}: {objects} objects in {chaos.namespace}, {FAULT_SECONDS:g}s of "
           f"faults; repeat with:\n  {reproduce_command()}")  # fmt: skip
     stop = asyncio.Event()
+    supervisor = asyncio.create_task(supervise(chaos))
     loader = asyncio.create_task(load(chaos, stop))
     started = time.monotonic()
     while time.monotonic() - started < FAULT_SECONDS:
@@ -392,11 +423,15 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
             break
         await asyncio.sleep(0.5)  # polling the API server for the end state
     converge = time.monotonic() - last_fault
+    supervisor.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await supervisor
     writes, bad = writes_without_the_lease(chaos)
     holders = [u for _, u in lease_history(chaos.audit_log, chaos.lease_id)]
     changes = sum(1 for a, b in itertools.pairwise(holders) if a != b)
     running = [r for r in chaos.replicas if r.running]
-    metrics = {r.name: scrape(r) for r in running}
+    unready = await _until_ready(running)
+    metrics = {r.name: await asyncio.to_thread(scrape, r) for r in running if r.name not in unready}
     total: dict[str, float] = {}
     for sample in metrics.values():
         for name, value in sample.items():
@@ -414,7 +449,8 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
         "stale_skips": total.get("controller_runtime_stale_skips_total", 0),
         "relists": total.get("informer_relists_total", 0),
         "watch_restarts": total.get("informer_watch_restarts_total", 0),
-        "restarts": sum(r.restarts for r in chaos.replicas),
+        "kills": sum(r.restarts for r in chaos.replicas),
+        "exits": sum(r.exits for r in chaos.replicas),
         "outcome": "pass" if not remaining and not bad else "FAIL",
     }
     print("chaos result:", orjson.dumps(summary).decode())
@@ -428,6 +464,7 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
     )
     assert not bad, f"writes without the Lease: {bad[:5]}; {hint}"
     assert writes > 0, "the audit log shows no write by any replica: the check proves nothing"
-    assert all(ready(r) for r in running), f"a running replica is not ready; {hint}"
+    assert running, f"no replica is running at the end; {hint}"
+    assert not unready, f"running replicas not ready within 60s: {unready}; {hint}"
     missing = [n for n, m in metrics.items() if "informer_relists_total" not in m]
     assert not missing, f"no informer metrics from {missing}"
