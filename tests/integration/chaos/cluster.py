@@ -363,6 +363,14 @@ def ready(replica: Replica) -> bool:
         return False
 
 
+async def _until_led(chaos: Chaos, timeout: float = 120.0) -> None:
+    """Wait until a replica holds the Lease (the faults aimed at the leader need one)."""
+    deadline = time.monotonic() + timeout
+    while not lease_history(chaos.audit_log, chaos.lease_id):
+        assert time.monotonic() < deadline, f"no replica took the Lease within {timeout:.0f}s"
+        await asyncio.sleep(0.5)  # polling the audit log
+
+
 async def _until_ready(replicas: list[Replica], timeout: float = 60.0) -> list[str]:
     """Names of the replicas whose /readyz is not 200 within ``timeout`` (a replica started
     again a moment ago is still syncing)."""
@@ -408,6 +416,7 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
           f"faults; repeat with:\n  {reproduce_command()}")  # fmt: skip
     stop = asyncio.Event()
     supervisor = asyncio.create_task(supervise(chaos))
+    await _until_led(chaos)
     loader = asyncio.create_task(load(chaos, stop))
     started = time.monotonic()
     while time.monotonic() - started < FAULT_SECONDS:
@@ -451,6 +460,7 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
         "watch_restarts": total.get("informer_watch_restarts_total", 0),
         "kills": sum(r.restarts for r in chaos.replicas),
         "exits": sum(r.exits for r in chaos.replicas),
+        "reflector_restarts": total.get("informer_reflector_restarts_total", 0),
         "outcome": "pass" if not remaining and not bad else "FAIL",
     }
     print("chaos result:", orjson.dumps(summary).decode())
@@ -466,5 +476,8 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
     assert writes > 0, "the audit log shows no write by any replica: the check proves nothing"
     assert running, f"no replica is running at the end; {hint}"
     assert not unready, f"running replicas not ready within 60s: {unready}; {hint}"
-    missing = [n for n, m in metrics.items() if "informer_relists_total" not in m]
-    assert not missing, f"no informer metrics from {missing}"
+    missing = [n for n, m in metrics.items() if "rest_client_requests_total" not in m]
+    assert not missing, f"no client metrics from {missing}"
+    dead = {n: m["informer_reflector_restarts_total"] for n, m in metrics.items()
+            if m.get("informer_reflector_restarts_total")}  # fmt: skip
+    assert not dead, f"reflectors died (and were restarted) in {dead}: see the logs; {hint}"
