@@ -2,7 +2,7 @@
 and off (see ``harness.py`` for the schedules and invariants, ``docs/reliability.md`` for the
 results).
 
-``FUZZ_EXAMPLES`` sets the schedules tried per controller and guard mode (default 2, drawn
+``FUZZ_EXAMPLES`` sets the schedules tried per controller and guard mode (default 3, drawn
 the same way every run, so that ``make test`` stays short and repeatable; ``make chaos`` sets
 it and draws new schedules every run). ``FUZZ_REPORT`` names a file to which
 every run appends one JSON line (the numbers of docs/reliability.md).
@@ -39,7 +39,7 @@ from tests.integration.stalecache.scenarios import BindingScenario, TaskScenario
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3"))
 TIMEOUT = 300 + 120 * EXAMPLES
 """Seconds per fuzz test: a failing schedule costs up to 45 s more each time it shrinks."""
 FUZZ = settings(
