@@ -37,7 +37,11 @@ exception in a long-running task is logged with its traceback and counted in
   deadline alone decides loss), and a controller worker goes on with the next key (see
   :mod:`~controller_runtime.controller`);
 * anything that still escapes the leader-election task or the controllers' start ends
-  :meth:`run` with that exception, after a logged shutdown: the entry point exits non-zero.
+  :meth:`run` with that exception, after a logged shutdown: the entry point exits non-zero;
+* an exception that reaches the event loop's handler (raised in a callback or a listener, or
+  a task's exception nobody retrieved) is counted as ``task="event-loop"`` from the first
+  :meth:`run` on that loop on, and logged by the handler that was installed before
+  (asyncio's by default).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import prometheus_client
 from aiohttp import web
@@ -81,6 +85,8 @@ METRICS_SERVER = "metrics-server"
 """The metrics server's task name (metrics label) and ``/healthz`` check name."""
 HEALTH_SERVER = "health-server"
 """The health-probe server's task name (metrics label)."""
+EVENT_LOOP = "event-loop"
+"""The task name (metrics label) of exceptions that reach the event loop's handler."""
 LISTENER_CHECK_PERIOD = 1.0
 """Seconds between two checks that a server's listener still serves."""
 
@@ -190,6 +196,10 @@ class Manager:
 
     async def run(self) -> None:
         """Run until :meth:`request_stop`; see the module docstring."""
+        _count_loop_exceptions(asyncio.get_running_loop())
+        await self._run()
+
+    async def _run(self) -> None:
         try:
             await self._serve()
             for runnable in self.runnables:
@@ -413,6 +423,34 @@ class Manager:
             return web.Response(status=200 if healthy else 503, text=text)
 
         return handle
+
+
+LoopExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+class _CountingExceptionHandler:
+    """An event-loop exception handler that counts what reaches it (an exception raised in a
+    callback or a listener, a task's exception nobody retrieved) as
+    ``controller_runtime_task_failures_total{task="event-loop"}``, then hands it to
+    ``previous`` (by default asyncio's, which logs it with its traceback)."""
+
+    def __init__(self, previous: LoopExceptionHandler | None) -> None:
+        self.previous = previous
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        TASK_FAILURES.labels(EVENT_LOOP).inc()
+        if self.previous is not None:
+            self.previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+
+def _count_loop_exceptions(loop: asyncio.AbstractEventLoop) -> None:
+    """Install the counting handler on ``loop`` once, wrapping the handler in place. It stays
+    for the loop's lifetime: several managers may share a loop and stop in any order, so
+    none of them can safely put the previous handler back."""
+    if not isinstance(loop.get_exception_handler(), _CountingExceptionHandler):
+        loop.set_exception_handler(_CountingExceptionHandler(loop.get_exception_handler()))
 
 
 async def _logged(what: str, step: Awaitable[object]) -> None:

@@ -409,3 +409,29 @@ async def test_a_failing_shutdown_step_is_logged_and_the_rest_still_stops(
     logged = [r for r in caplog.records if "stopping runnable BrokenStop failed" in r.getMessage()]
     assert logged and logged[0].exc_info is not None
     assert manager.transport._session is None  # later steps ran
+
+
+async def test_an_exception_that_reaches_the_event_loop_is_counted_and_logged(
+    admin_config: ClusterConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = Manager(
+        admin_config, ManagerOptions(metrics_bind_address=None, health_probe_bind_address=None)
+    )
+    loop = asyncio.get_running_loop()
+    before = failures("event-loop")
+    caplog.set_level(logging.ERROR, logger="asyncio")
+
+    def boom() -> None:
+        raise ValueError("injected: a callback failed")
+
+    async with running(manager):
+        await until(lambda: manager.is_leader, what="the manager leading")
+        loop.call_soon(boom)
+        # At least: anything else that reaches the loop meanwhile is counted too.
+        await until(lambda: failures("event-loop") >= before + 1, what="the failure counted")
+    logged = [r for r in caplog.records if r.exc_info and "injected" in str(r.exc_info[1])]
+    assert logged, "asyncio's handler no longer logged it"
+    # Still installed, exactly once, however many managers ran on this loop.
+    handler = loop.get_exception_handler()
+    assert handler is not None
+    assert not isinstance(getattr(handler, "previous", None), type(handler))
