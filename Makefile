@@ -65,8 +65,9 @@ unit: venv
 integration: venv binaries
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
+# Tests marked chaos_only (long, or not yet passing every seed) run in `make chaos` only.
 test: lint binaries postgres
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not chaos_only" $(PYTEST_ARGS)
 
 # The long chaos run and the stale-cache fuzzer with many schedules (docs/reliability.md).
 # CHAOS_SEED repeats a run; FUZZ_REPORT and CHAOS_REPORT collect the numbers as JSON lines.

@@ -27,8 +27,9 @@ resourceVersions) without re-encoding TLS. A byte-level proxy (the FaultProxy) c
 Secret from a Task; a wrapped store would skip the reflector's own handling of cuts and 410s.
 
 Caveats: the re-timing adds no bytes, so a lag longer than the reflector's idle timeout (the
-longest server watch timeout plus a margin: minutes) would look like a half-open connection. Watches that start with a
-streaming list (``sendInitialEvents``) are lagged like any other, but never replayed older.
+longest server watch timeout plus a margin: minutes) would look like a half-open connection.
+Watches that start with a streaming list (``sendInitialEvents``) are lagged like any other,
+but never replayed older.
 """
 
 from __future__ import annotations

@@ -469,6 +469,10 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
         with Path(report).open("ab") as out:  # noqa: ASYNC230 (one short line, at the end)
             out.write(orjson.dumps(summary) + b"\n")
     hint = f"repeat with: {reproduce_command()}"
+    if remaining or bad:
+        for replica in chaos.replicas:
+            lines = replica.log.read_text(errors="replace").splitlines()[-15:]
+            print(f"--- last lines of {replica.name} ({replica.log.name}):", *lines, sep="\n")
     assert not remaining, (
         f"not converged {CONVERGE_WITHIN:.0f}s after the last fault: {remaining[:5]}; {hint}"
     )
