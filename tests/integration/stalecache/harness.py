@@ -260,6 +260,9 @@ class Scenario(Protocol):
 
 @dataclass
 class RunReport:
+    """One schedule's run: what was checked, what broke (``failures``, empty when none), and
+    what the watch schedule did (``stats``: cuts, relists, replays, delayed events)."""
+
     scenario: str
     guard: bool
     steps: int
@@ -293,6 +296,8 @@ async def _operator(
             read_your_writes=guard,
         ),
     )
+    # Only the informers read through the schedule; writes and live reads go straight to the
+    # server. No informer exists yet, so every one the controllers create uses it.
     lagging = WatchScheduleTransport(config)
     manager.factory.transport = lagging
     client = TrackingClient(
