@@ -211,9 +211,16 @@ class TrackingClient(Client):
                 )
 
     async def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
     ) -> Obj:
-        obj = await super().get(api_version, kind, name, namespace)
+        obj = await super().get(api_version, kind, key, name=name, namespace=namespace)
         self._check([obj])
         return obj
 
