@@ -19,19 +19,19 @@ import time
 from pathlib import Path
 
 from controller_runtime.envtest.binaries import BinaryError, bin_dir, find_binaries
-from controller_runtime.envtest.node.builds import find_node_binaries
-from controller_runtime.envtest.node.cluster import (
-    LocalCluster,
-    NodeError,
-    NodeUnavailable,
-    preflight,
-)
-from controller_runtime.envtest.node.images import ImageError
 from controller_runtime.envtest.controlplane import (
     DEFAULT_CRD_DIRECTORY,
     ControlPlane,
     ControlPlaneError,
 )
+from controller_runtime.envtest.node.builds import find_node_binaries
+from controller_runtime.envtest.node.cluster import (
+    LocalCluster,
+    NodeError,
+    NodeUnavailableError,
+    preflight,
+)
+from controller_runtime.envtest.node.images import ImageError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,7 +81,7 @@ def run_node(crds: Path) -> int:
     """Start a one-node cluster, print how to reach it, wait for a signal, tear it down."""
     try:
         preflight()
-    except NodeUnavailable as err:
+    except NodeUnavailableError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     with LocalCluster(crd_directory=crds) as cluster:

@@ -314,9 +314,9 @@ class ControlPlane:
 
     def _node_args(self, pki: Path) -> dict[str, str]:
         assert self._ca is not None and self.node_address is not None
-        cert, key = self._ca.issue_client("kube-apiserver-kubelet-client", ["system:masters"]).write(
-            pki, "kubelet-client"
-        )
+        cert, key = self._ca.issue_client(
+            "kube-apiserver-kubelet-client", ["system:masters"]
+        ).write(pki, "kubelet-client")
         return {
             "--bind-address": self.node_address,
             "--advertise-address": self.node_address,

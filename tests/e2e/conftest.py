@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from controller_runtime.envtest.node import cleanup, network
-from controller_runtime.envtest.node.cluster import LocalCluster, NodeUnavailable, preflight
+from controller_runtime.envtest.node.cluster import LocalCluster, NodeUnavailableError, preflight
 from controller_runtime.envtest.node.images import (
     aws_cli_image,
     ensure_image,
@@ -33,7 +33,7 @@ from tests.e2e.support import TIMINGS, Images
 def images() -> Images:
     try:
         preflight()
-    except NodeUnavailable as err:
+    except NodeUnavailableError as err:
         pytest.skip(str(err))
     tag = operator_tag()
     return Images(

@@ -45,8 +45,14 @@ def install(cluster: LocalCluster, image: str, timeout: float = 240) -> float:
 
 def ready_replicas(cluster: LocalCluster) -> int:
     out = cluster.kubectl(
-        "get", "deployment", "crpy-operator", "-n", OPERATOR_NAMESPACE,
-        "-o", "jsonpath={.status.readyReplicas}", check=False,
+        "get",
+        "deployment",
+        "crpy-operator",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "-o",
+        "jsonpath={.status.readyReplicas}",
+        check=False,
     )
     return int(out) if out.strip().isdigit() else 0
 
@@ -54,8 +60,14 @@ def ready_replicas(cluster: LocalCluster) -> int:
 def leader(cluster: LocalCluster) -> str:
     """The Pod holding the Lease ('' when none)."""
     out = cluster.kubectl(
-        "get", "lease", LEASE, "-n", OPERATOR_NAMESPACE,
-        "-o", "jsonpath={.spec.holderIdentity}", check=False,
+        "get",
+        "lease",
+        LEASE,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+        check=False,
     )
     return out.strip()
 

@@ -36,12 +36,14 @@ def diagnostics(cluster: LocalCluster, namespace: str, what: str) -> str:
     parts = [f"--- {what} in namespace {namespace}"]
     parts.append(cluster.kubectl("get", "all", "-n", namespace, "-o", "wide", check=False))
     parts.append(
-        cluster.kubectl(
-            "get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False
-        )[-4000:]
+        cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False)[
+            -4000:
+        ]
     )
-    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
-                      or '{"items": []}')
+    pods = json.loads(
+        cluster.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
+        or '{"items": []}'
+    )
     for pod in pods.get("items", []):
         name = pod["metadata"]["name"]
         parts.append(f"--- logs of pod {namespace}/{name}")
@@ -54,8 +56,14 @@ def diagnostics(cluster: LocalCluster, namespace: str, what: str) -> str:
         parts.append("--- operator logs")
         parts.append(
             cluster.kubectl(
-                "logs", "-n", OPERATOR_NAMESPACE, "-l", OPERATOR_SELECTOR, "--tail=60",
-                "--prefix", check=False,
+                "logs",
+                "-n",
+                OPERATOR_NAMESPACE,
+                "-l",
+                OPERATOR_SELECTOR,
+                "--tail=60",
+                "--prefix",
+                check=False,
             )
         )
     return "\n".join(parts)

@@ -50,8 +50,12 @@ def test_a_pod_runs_resolves_reaches_the_api_server_and_nothing_else(
         )
         return phase in ("Succeeded", "Failed")
 
-    wait_for(finished, f"pod {namespace}/probe finishing", 120,
-             lambda: diagnostics(cluster, namespace, "pod probe"))
+    wait_for(
+        finished,
+        f"pod {namespace}/probe finishing",
+        120,
+        lambda: diagnostics(cluster, namespace, "pod probe"),
+    )
     log = cluster.kubectl("logs", "-n", namespace, "probe")
     context = f"pod {namespace}/probe printed:\n{log}"
     routes = [line.split() for line in log.split("dns:")[0].splitlines()[2:]]

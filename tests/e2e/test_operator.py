@@ -36,7 +36,9 @@ def test_two_replicas_run_restricted_one_leads_probes_green(
         container = pod["spec"]["containers"][0]  # type: ignore[index]
         assert container["image"].endswith(operator), context
     names = {pod["metadata"]["name"] for pod in pods}  # type: ignore[index]
-    holder = wait_for(lambda: leader(cluster).split("_")[0] in names, "a leader", 60, lambda: context)
+    holder = wait_for(
+        lambda: leader(cluster).split("_")[0] in names, "a leader", 60, lambda: context
+    )
     assert holder >= 0
     assert leader(cluster).split("_")[0] in names
     get_json(cluster, "networkpolicy", "-n", OPERATOR_NAMESPACE)
@@ -87,7 +89,9 @@ def test_deleting_the_leader_pod_fails_over(cluster: LocalCluster, operator: str
         return bool(current) and current != holder
 
     TIMINGS["failover"] = wait_for(
-        taken_over, f"lease {OPERATOR_NAMESPACE}/{LEASE} taken over from pod {holder}", 90,
+        taken_over,
+        f"lease {OPERATOR_NAMESPACE}/{LEASE} taken over from pod {holder}",
+        90,
         lambda: _describe(cluster),
     )
     namespace = f"failover-{uuid.uuid4().hex[:6]}"
@@ -100,4 +104,3 @@ def test_deleting_the_leader_pod_fails_over(cluster: LocalCluster, operator: str
         lambda: diagnostics(cluster, namespace, "task after-failover"),
     )
     TIMINGS["failover_to_reconciled"] = time.monotonic() - started
-

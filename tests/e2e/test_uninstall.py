@@ -10,8 +10,12 @@ from tests.e2e.support import OPERATOR_NAMESPACE, Images, wait_for
 
 def test_uninstall_leaves_nothing(cluster: LocalCluster, images: Images, operator: str) -> None:
     plurals = cluster.kubectl(
-        "get", "crd", "-l", "app.kubernetes.io/part-of=controller-runtime-py",
-        "-o", "jsonpath={range .items[*]}{.spec.names.plural}.{.spec.group},{end}",
+        "get",
+        "crd",
+        "-l",
+        "app.kubernetes.io/part-of=controller-runtime-py",
+        "-o",
+        "jsonpath={range .items[*]}{.spec.names.plural}.{.spec.group},{end}",
     ).rstrip(",")
     assert plurals, "no CRDs of the operator were installed"
     cluster.kubectl("delete", "--all", "--all-namespaces", plurals, timeout=180)
@@ -19,11 +23,20 @@ def test_uninstall_leaves_nothing(cluster: LocalCluster, images: Images, operato
 
     def gone() -> bool:
         left = cluster.kubectl(
-            "get", "crd,clusterrole,clusterrolebinding,namespace",
-            "-l", "app.kubernetes.io/part-of=controller-runtime-py", "-o", "name", check=False,
+            "get",
+            "crd,clusterrole,clusterrolebinding,namespace",
+            "-l",
+            "app.kubernetes.io/part-of=controller-runtime-py",
+            "-o",
+            "name",
+            check=False,
         )
         namespace = cluster.kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False)
         return not left.strip() and not namespace.strip()
 
-    wait_for(gone, "the operator's objects all deleted", 120,
-             lambda: cluster.kubectl("get", "all", "-n", OPERATOR_NAMESPACE, check=False))
+    wait_for(
+        gone,
+        "the operator's objects all deleted",
+        120,
+        lambda: cluster.kubectl("get", "all", "-n", OPERATOR_NAMESPACE, check=False),
+    )

@@ -120,13 +120,18 @@ class NodeBinaries:
         return self.paths[name]
 
 
-def find_node_binaries(*, build: bool = True, progress: Progress = _stderr) -> NodeBinaries:
-    """Locate the node's binaries, building missing components when ``build`` is true.
+def find_node_binaries(
+    *, build: bool = True, s3: bool = True, progress: Progress = _stderr
+) -> NodeBinaries:
+    """Locate the node's binaries, building missing components when ``build`` is true;
+    SeaweedFS (``weed``) only when ``s3`` is true (the node itself does not need it).
 
     Raises :class:`BinaryError` saying what to do when a binary cannot be had.
     """
     paths: dict[str, Path] = {}
     for component in _COMPONENTS:
+        if component.name == "seaweedfs" and not s3:
+            continue
         directory = component.directory()
         wanted = [directory / name for name in component.outputs]
         if not all(_is_executable(path) for path in wanted):

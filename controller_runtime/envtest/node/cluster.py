@@ -7,7 +7,7 @@ containerd, the kubelet, kube-proxy and CoreDNS inside the node's network namesp
 
 Guarantees:
 
-* Refuses to start, with one line saying why (:class:`NodeUnavailable`), where the machine
+* Refuses to start, with one line saying why (:class:`NodeUnavailableError`), where the machine
   cannot host a node: not root, no overlayfs, a missing tool, another node already running.
 * :meth:`LocalCluster.stop` (also run when :meth:`start` fails, and by the context manager on
   any exception, KeyboardInterrupt included) removes everything the node made: processes
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from controller_runtime.envtest.binaries import Progress, _stderr, cache_root
+from controller_runtime.envtest.binaries import Progress, _stderr
 from controller_runtime.envtest.controlplane import (
     DEFAULT_CRD_DIRECTORY,
     ControlPlane,
@@ -50,13 +50,13 @@ from controller_runtime.envtest.controlplane import (
 )
 from controller_runtime.envtest.node import cleanup, configs, network
 from controller_runtime.envtest.node.builds import NodeBinaries, find_node_binaries
-from controller_runtime.envtest.node.images import ensure_image, pause_image
+from controller_runtime.envtest.node.images import PAUSE_IMAGE, ensure_image, pause_image
 
 _STATE_DIR = Path("/var/lib/crpy-node")
 """Where the running node records its work directory and the kernel settings to restore."""
 
 
-class NodeUnavailable(RuntimeError):
+class NodeUnavailableError(RuntimeError):
     """This machine cannot host the local node; the message says why in one line."""
 
 
@@ -65,24 +65,25 @@ class NodeError(RuntimeError):
 
 
 def preflight() -> None:
-    """Raise :class:`NodeUnavailable` when this machine cannot host the node."""
+    """Raise :class:`NodeUnavailableError` when this machine cannot host the node."""
     if os.geteuid() != 0:
-        raise NodeUnavailable("the local node needs root (it runs containerd and a kubelet)")
+        raise NodeUnavailableError("the local node needs root (it runs containerd and a kubelet)")
     try:
         filesystems = Path("/proc/filesystems").read_text()
     except OSError:
         filesystems = ""
     if "overlay" not in filesystems:
-        raise NodeUnavailable("the local node needs overlayfs (modprobe overlay)")
-    if not Path("/sys/fs/cgroup/memory").is_dir() and not Path(
-        "/sys/fs/cgroup/cgroup.controllers"
-    ).exists():
-        raise NodeUnavailable("the local node needs a memory cgroup hierarchy")
+        raise NodeUnavailableError("the local node needs overlayfs (modprobe overlay)")
+    if (
+        not Path("/sys/fs/cgroup/memory").is_dir()
+        and not Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    ):
+        raise NodeUnavailableError("the local node needs a memory cgroup hierarchy")
     missing = [t for t in ("runc", "iptables", "conntrack", "nsenter", "ip") if not _which(t)]
     if not Path("/usr/lib/cni/bridge").exists():
         missing.append("/usr/lib/cni/bridge")
     if missing:
-        raise NodeUnavailable(
+        raise NodeUnavailableError(
             f"the local node needs {', '.join(missing)}: run scripts/ensure-node-packages.sh"
         )
 
@@ -95,13 +96,17 @@ def _which(tool: str) -> str | None:
 class LocalCluster:
     """The control plane plus one node. Use as a context manager, or :meth:`start` /
     :meth:`stop`. ``images`` are OCI archives imported at start. Default start timeout 180 s
-    (binaries and images are built first when missing, which is not counted)."""
+    (binaries and images are built first when missing, which is not counted). Storage:
+    ``volumes`` (12) hostPath PersistentVolumes of ``volume_size`` (20Gi, not enforced) in
+    the work directory, behind the default StorageClass ``local``."""
 
     images: Sequence[Path] = ()
     crd_directory: Path | None = DEFAULT_CRD_DIRECTORY
     start_timeout: float = 180.0
     progress: Progress = _stderr
     addresses: configs.Addresses = field(default_factory=configs.Addresses)
+    volumes: int = 12
+    volume_size: str = "20Gi"
 
     plane: ControlPlane = field(init=False)
     workdir: Path = field(init=False)
@@ -123,7 +128,7 @@ class LocalCluster:
 
     def start(self) -> None:
         preflight()
-        self._binaries = find_node_binaries(progress=self.progress)
+        self._binaries = find_node_binaries(s3=False, progress=self.progress)
         pause_spec, pause_binary = pause_image(self._binaries["pause"])
         pause_archive = ensure_image(pause_spec, progress=self.progress, single_file=pause_binary)
         self._acquire_lock()
@@ -156,9 +161,7 @@ class LocalCluster:
         (cni_dir / "10-crpy.conflist").write_text(configs.cni_conflist(addr))
         runc = _which("runc") or "runc"
         config = self.workdir / "containerd.toml"
-        config.write_text(
-            configs.containerd_toml(self.workdir, cni_dir, _pause_name(), runc)
-        )
+        config.write_text(configs.containerd_toml(self.workdir, cni_dir, PAUSE_IMAGE, runc))
         socket = containerd_dir / "containerd.sock"
         path_env = f"{bins['containerd'].parent}:/usr/sbin:/usr/bin:/sbin:/bin"
         self._spawn(
@@ -167,7 +170,7 @@ class LocalCluster:
                 ["env", f"PATH={path_env}", str(bins["containerd"]), f"--config={config}"]
             ),
         )
-        self._wait(lambda: socket.exists(), "containerd's socket", "containerd")
+        self._wait(socket.exists, "containerd's socket", "containerd")
         for archive in (pause_archive, *self.images):
             self.import_image(archive)
         self.timings["containerd"] = time.monotonic() - started
@@ -239,6 +242,14 @@ class LocalCluster:
             "coredns",
             network.in_netns([str(bins["coredns"]), "-conf", str(corefile)]),
         )
+        volumes = self.workdir / "volumes"
+        for number in range(self.volumes):
+            directory = volumes / f"local-{number:02d}"
+            directory.mkdir(parents=True)
+            directory.chmod(0o777)
+        volume_manifest = self.workdir / "volumes.yaml"
+        volume_manifest.write_text(configs.local_volumes(volumes, self.volumes, self.volume_size))
+        self.plane.kubectl("apply", "-f", str(volume_manifest))
         self._wait(self._node_ready, f"node {addr.node_name} Ready", "kubelet")
         self.timings["node_ready"] = time.monotonic() - started
         self._wait(self._dns_ready, "CoreDNS ready", "coredns")
@@ -380,7 +391,7 @@ class LocalCluster:
             lock.seek(0)
             owner = lock.read().strip() or "unknown"
             lock.close()
-            raise NodeUnavailable(
+            raise NodeUnavailableError(
                 f"another local node is running on this machine (pid {owner}); stop it first"
             ) from None
         lock.seek(0)
@@ -432,12 +443,6 @@ def _clean_up_stale(progress: Progress) -> None:
     state_file.unlink(missing_ok=True)
     if problems:
         raise NodeError("cleaning up a previous local node failed: " + "; ".join(problems))
-
-
-def _pause_name() -> str:
-    from controller_runtime.envtest.node.images import PAUSE_IMAGE
-
-    return PAUSE_IMAGE
 
 
 def _rss_mib(pid: int) -> float:

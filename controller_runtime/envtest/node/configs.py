@@ -39,14 +39,14 @@ def containerd_toml(workdir: Path, cni_conf_dir: Path, sandbox_image: str, runc:
     root = workdir / "containerd"
     cri = "plugins.'io.containerd.cri.v1.runtime'"
     return f"""version = 3
-root = "{root / 'root'}"
-state = "{root / 'state'}"
+root = "{root / "root"}"
+state = "{root / "state"}"
 
 [grpc]
-  address = "{root / 'containerd.sock'}"
+  address = "{root / "containerd.sock"}"
 
 [ttrpc]
-  address = "{root / 'containerd.sock.ttrpc'}"
+  address = "{root / "containerd.sock.ttrpc"}"
 
 [debug]
   address = ""
@@ -223,3 +223,40 @@ subjects:
     kind: User
     name: crpy:coredns
 """
+
+
+def local_volumes(directory: Path, count: int, size: str) -> str:
+    """The node's storage: a default StorageClass without a provisioner and ``count``
+    pre-created hostPath PersistentVolumes of ``size`` in ``directory`` (world-writable, so
+    any container user can use them). A PVC binds one when its Pod is scheduled; a
+    released volume is recycled by nothing (``Retain``): ``count`` bounds the claims of a
+    cluster's life."""
+    documents: list[dict[str, object]] = [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": "local",
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Retain",
+        }
+    ]
+    for number in range(count):
+        documents.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"local-{number:02d}"},
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "local",
+                    "hostPath": {"path": str(directory / f"local-{number:02d}"), "type": ""},
+                },
+            }
+        )
+    return yaml.safe_dump_all(documents, sort_keys=False)

@@ -35,6 +35,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +70,14 @@ class ImageSpec:
 
     def fingerprint(self) -> str:
         blob = json.dumps(
-            [self.name, self.packages, self.config, self.essential_hooks, self.customize_hooks,
-             self.inputs],
+            [
+                self.name,
+                self.packages,
+                self.config,
+                self.essential_hooks,
+                self.customize_hooks,
+                self.inputs,
+            ],
             sort_keys=True,
         ).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -110,13 +117,14 @@ def postgres_image() -> ImageSpec:
         essential_hooks=(
             # The official image's postgres user, before the package makes one of its own,
             # and no "main" cluster made by the package: the entrypoint runs initdb.
-            'chroot "$1" groupadd -r -g 999 postgres',
-            'chroot "$1" useradd -r -u 999 -g 999 -d /var/lib/postgresql -s /bin/bash postgres',
+            'echo "postgres:x:999:" >> "$1/etc/group"',
+            'echo "postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash"'
+            ' >> "$1/etc/passwd"',
             'mkdir -p "$1/etc/postgresql-common"',
             'echo "create_main_cluster = false" > "$1/etc/postgresql-common/createcluster.conf"',
         ),
         customize_hooks=(
-            f'upload {entrypoint} /usr/local/bin/docker-entrypoint.sh',
+            f"upload {entrypoint} /usr/local/bin/docker-entrypoint.sh",
             'chmod 0755 "$1/usr/local/bin/docker-entrypoint.sh"',
             'mkdir -p "$1/docker-entrypoint-initdb.d" "$1/var/lib/postgresql/data"'
             ' "$1/var/run/postgresql"',
@@ -222,7 +230,7 @@ def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
         *([f"--include={','.join(spec.packages)}"] if spec.packages else []),
         *(f"--essential-hook={hook}" for hook in spec.essential_hooks),
         *(f"--customize-hook={hook}" for hook in hooks),
-        "--customize-hook=rm -rf \"$1\"/var/cache/apt/* \"$1\"/var/lib/apt/lists/*",
+        '--customize-hook=rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*',
         "bookworm",
         str(layer),
     ]
@@ -235,8 +243,17 @@ def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
 def _build_wheel(work: Path) -> Path:
     out = work / "wheel"
     result = subprocess.run(
-        ["python3", "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
-         str(REPOSITORY_ROOT)],
+        [
+            "python3",
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(out),
+            str(REPOSITORY_ROOT),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -324,7 +341,12 @@ def _sources_hash() -> str:
     digest = hashlib.sha256()
     files = [REPOSITORY_ROOT / "pyproject.toml"]
     for package in _OPERATOR_SOURCES:
-        files += sorted((REPOSITORY_ROOT / package).rglob("*.py"))
+        files += sorted(
+            path
+            for path in (REPOSITORY_ROOT / package).rglob("*.py")
+            # The local control plane and node are in the image but never run there.
+            if "envtest" not in path.relative_to(REPOSITORY_ROOT).parts
+        )
     for path in files:
         digest.update(str(path.relative_to(REPOSITORY_ROOT)).encode())
         digest.update(path.read_bytes())
@@ -332,8 +354,6 @@ def _sources_hash() -> str:
 
 
 def _operator_requirements() -> Sequence[str]:
-    import tomllib
-
     with open(REPOSITORY_ROOT / "pyproject.toml", "rb") as handle:
         deps: list[str] = tomllib.load(handle)["project"]["dependencies"]
     return deps
@@ -351,8 +371,6 @@ def _lock(archive: Path) -> Iterator[None]:
 
 def operator_tag() -> str:
     """The operator image's tag: the project's version and a hash of its sources."""
-    import tomllib
-
     with open(REPOSITORY_ROOT / "pyproject.toml", "rb") as handle:
         version: str = tomllib.load(handle)["project"]["version"]
     return f"{version}-{_sources_hash()[:8]}"
@@ -360,12 +378,12 @@ def operator_tag() -> str:
 
 __all__ = [
     "AWS_CLI_IMAGE",
-    "BinaryError",
-    "ImageError",
-    "ImageSpec",
     "OPERATOR_REPOSITORY",
     "PAUSE_IMAGE",
     "POSTGRES_IMAGE",
+    "BinaryError",
+    "ImageError",
+    "ImageSpec",
     "aws_cli_image",
     "ensure_image",
     "operator_image",

@@ -16,6 +16,7 @@ Every function here acts only on these names, never on interfaces it did not cre
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 from controller_runtime.envtest.node.configs import Addresses
@@ -90,11 +91,15 @@ def tear_down() -> list[str]:
         )
         if result.returncode != 0:
             problems.append(f"ip netns del {NETNS}: {result.stderr.strip()}")
-    if Path(f"/sys/class/net/{HOST_VETH}").exists():
+    host_end = Path(f"/sys/class/net/{HOST_VETH}")
+    deadline = time.monotonic() + 5
+    while host_end.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # the kernel removes the peer of a deleted namespace's veth lazily
+    if host_end.exists():
         result = subprocess.run(
             ["ip", "link", "del", HOST_VETH], capture_output=True, text=True, check=False
         )
-        if result.returncode != 0:
+        if result.returncode != 0 and host_end.exists():
             problems.append(f"ip link del {HOST_VETH}: {result.stderr.strip()}")
     return problems
 
