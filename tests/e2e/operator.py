@@ -3,6 +3,8 @@ of ``manifests/`` through an overlay that sets the image (kustomize's ``images``
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ def overlay(image: str) -> Path:
     (directory / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\n"
         "kind: Kustomization\n"
-        f"resources:\n  - {MANIFESTS}\n"
+        f"resources:\n  - {os.path.relpath(MANIFESTS, directory)}\n"
         "images:\n"
         "  - name: controller-runtime-py/operator\n"
         f"    newName: {repository}\n"
@@ -33,7 +35,11 @@ def overlay(image: str) -> Path:
 def install(cluster: LocalCluster, image: str, timeout: float = 240) -> float:
     """Apply the manifests and wait until both replicas are ready; return the seconds."""
     started = time.monotonic()
-    cluster.kubectl("apply", "-k", str(overlay(image)))
+    directory = overlay(image)
+    try:
+        cluster.kubectl("apply", "-k", str(directory))
+    finally:
+        shutil.rmtree(directory)
     wait_for(
         lambda: ready_replicas(cluster) == 2,
         f"deployment {OPERATOR_NAMESPACE}/crpy-operator with 2 ready replicas",

@@ -3,6 +3,8 @@ it in the cluster."""
 
 from __future__ import annotations
 
+import shutil
+
 from controller_runtime.envtest.node.cluster import LocalCluster
 from tests.e2e.operator import overlay
 from tests.e2e.support import OPERATOR_NAMESPACE, Images, wait_for
@@ -19,7 +21,11 @@ def test_uninstall_leaves_nothing(cluster: LocalCluster, images: Images, operato
     ).rstrip(",")
     assert plurals, "no CRDs of the operator were installed"
     cluster.kubectl("delete", "--all", "--all-namespaces", plurals, timeout=180)
-    cluster.kubectl("delete", "-k", str(overlay(images.operator)), timeout=180)
+    directory = overlay(images.operator)
+    try:
+        cluster.kubectl("delete", "-k", str(directory), timeout=180)
+    finally:
+        shutil.rmtree(directory)
 
     def gone() -> bool:
         left = cluster.kubectl(
