@@ -50,9 +50,11 @@ node-binaries: binaries
 	@sh scripts/ensure-node-packages.sh
 	$(BIN)/python -m controller_runtime.envtest build --node
 
-# The end-to-end tests on a one-node cluster (needs root; not part of `make test`).
-e2e: venv binaries node-binaries
-	CRPY_E2E=1 $(BIN)/pytest tests/e2e -v -s $(PYTEST_ARGS)
+# The end-to-end tests on a one-node cluster (needs root; not part of `make test`). The node's
+# binaries (not SeaweedFS, which no test uses yet) and images are built by the tests' fixtures.
+e2e: venv binaries
+	@sh scripts/ensure-node-packages.sh
+	CRPY_E2E=1 $(BIN)/pytest tests/e2e -v -s --timeout=1800 $(PYTEST_ARGS)
 
 # PostgreSQL server binaries for the local server of the postgres tests and `make run`.
 postgres:
