@@ -32,6 +32,7 @@ import json
 import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -160,14 +161,15 @@ def operator_image(tag: str) -> ImageSpec:
             "ExposedPorts": {"8080/tcp": {}, "8081/tcp": {}},
         },
         customize_hooks=(
+            # The wheels are fetched on the host (whose pip knows this machine's package
+            # servers and certificates) and installed offline in the root filesystem.
             'chroot "$1" python3 -m venv /opt/operator',
-            'chroot "$1" /opt/operator/bin/pip install --quiet --no-cache-dir '
-            "--disable-pip-version-check --only-binary=:all: "
+            "sync-in {wheels} /tmp/wheels",
+            'chroot "$1" /opt/operator/bin/pip install --quiet --no-cache-dir --no-index '
+            "--disable-pip-version-check --find-links /tmp/wheels "
             + " ".join(shlex.quote(r) for r in requirements),
-            'mkdir -p "$1/tmp/wheels"',
-            "upload {wheel} /tmp/wheels/{wheel_name}",
-            'chroot "$1" /opt/operator/bin/pip install --quiet --no-cache-dir --no-deps '
-            "--disable-pip-version-check /tmp/wheels/{wheel_name}",
+            'chroot "$1" /opt/operator/bin/pip install --quiet --no-cache-dir --no-index '
+            "--disable-pip-version-check --no-deps /tmp/wheels/{wheel_name}",
             'chroot "$1" /opt/operator/bin/python -c "import controllers.app, uvloop"',
             'chroot "$1" /opt/operator/bin/python -m pip uninstall --yes --quiet pip setuptools'
             " || true",
@@ -217,9 +219,11 @@ def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
     if shutil.which("mmdebstrap") is None:
         raise ImageError("building images needs mmdebstrap: run scripts/ensure-node-packages.sh")
     hooks = list(spec.customize_hooks)
-    if any("{wheel}" in hook for hook in hooks):
-        wheel = _build_wheel(work)
-        hooks = [hook.format(wheel=wheel, wheel_name=wheel.name) for hook in hooks]
+    if any("{wheels}" in hook for hook in hooks):
+        wheels = work / "wheels"
+        wheel = _build_wheel(wheels)
+        _download_wheels(wheels, _operator_requirements())
+        hooks = [hook.format(wheels=wheels, wheel_name=wheel.name) for hook in hooks]
     command = [
         "mmdebstrap",
         "--variant=minbase",
@@ -240,28 +244,27 @@ def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
         raise ImageError(f"mmdebstrap for {spec.name} failed ({result.returncode}):\n{tail}")
 
 
-def _build_wheel(work: Path) -> Path:
-    out = work / "wheel"
-    result = subprocess.run(
-        [
-            "python3",
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--wheel-dir",
-            str(out),
-            str(REPOSITORY_ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wheels = sorted(out.glob("*.whl")) if out.is_dir() else []
+def _build_wheel(out: Path) -> Path:
+    """The project's wheel (built like the Dockerfile does: ``pip wheel --no-deps .``)."""
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+    command += ["--wheel-dir", str(out), str(REPOSITORY_ROOT)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    wheels = sorted(out.glob("controller_runtime_py-*.whl")) if out.is_dir() else []
     if result.returncode != 0 or not wheels:
         raise ImageError(f"building the project's wheel failed:\n{result.stderr[-2000:]}")
     return wheels[0]
+
+
+def _download_wheels(directory: Path, requirements: Sequence[str]) -> None:
+    """Binary wheels of ``requirements`` for Debian bookworm's CPython 3.11 on amd64."""
+    platforms = ["manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64"]
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
+    command += ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311"]
+    command += [f"--platform={platform}" for platform in platforms]
+    command += ["--dest", str(directory), *requirements]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ImageError(f"downloading the operator's wheels failed:\n{result.stderr[-2000:]}")
 
 
 def _pack_oci_archive(spec: ImageSpec, layer: Path, destination: Path) -> None:
