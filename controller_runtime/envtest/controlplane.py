@@ -324,6 +324,7 @@ class ControlPlane:
             "--disable-admission-plugins": "",
             "--kubelet-client-certificate": str(cert),
             "--kubelet-client-key": str(key),
+            "--kubelet-preferred-address-types": "InternalIP",
         }
 
     def _wait_ready(self) -> None:

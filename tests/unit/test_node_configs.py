@@ -45,7 +45,9 @@ def test_pods_get_no_default_route_and_no_masquerading() -> None:
 
 def test_kubelet_runs_on_cgroup_v1_with_cgroupfs_and_low_eviction(tmp_path: Path) -> None:
     config = yaml.safe_load(
-        configs.kubelet_config(ADDR, tmp_path / "sock", tmp_path / "ca.crt", tmp_path / "r")
+        configs.kubelet_config(
+            ADDR, tmp_path / "sock", tmp_path / "ca.crt", tmp_path / "r", tmp_path / "logs"
+        )
     )
     assert config["failCgroupV1"] is False
     assert config["cgroupDriver"] == "cgroupfs"
@@ -53,6 +55,7 @@ def test_kubelet_runs_on_cgroup_v1_with_cgroupfs_and_low_eviction(tmp_path: Path
     assert config["authentication"]["anonymous"]["enabled"] is False
     assert config["clusterDNS"] == [ADDR.pod_gateway]
     assert config["evictionHard"]["nodefs.available"] == "1%"
+    assert config["podLogsDir"] == str(tmp_path / "logs")
 
 
 def test_kube_proxy_leaves_the_machines_conntrack_settings_alone(tmp_path: Path) -> None:

@@ -131,3 +131,15 @@ def remove_kubepods_cgroups() -> list[str]:
         except OSError as err:
             problems.append(f"cgroup {cgroup}: {err}")
     return problems
+
+
+def remove_links_into(directory: Path, target: Path) -> None:
+    """Remove the symbolic links in ``directory`` that point into ``target`` (the kubelet
+    links every container's log into /var/log/containers, a path it does not let one
+    configure)."""
+    if not directory.is_dir():
+        return
+    for link in directory.iterdir():
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and os.readlink(link).startswith(str(target) + "/"):
+                link.unlink()

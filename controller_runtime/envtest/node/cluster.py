@@ -180,7 +180,9 @@ class LocalCluster:
         resolv = self.workdir / "resolv.conf"
         resolv.write_text("# no upstream: the node's Pods resolve cluster names only\n")
         kubelet_config = self.workdir / "kubelet.yaml"
-        kubelet_config.write_text(configs.kubelet_config(addr, socket, ca_file, resolv))
+        kubelet_config.write_text(
+            configs.kubelet_config(addr, socket, ca_file, resolv, self.workdir / "pod-logs")
+        )
         self._spawn(
             "kubelet",
             network.in_netns(
@@ -419,6 +421,7 @@ def _clean_up(workdir: Path, kernel: dict[str, str]) -> list[str]:
     cleanup.kill_all(cleanup.pids_in_kubepods(), grace=2)
     cleanup.kill_all(cleanup.pids_naming(str(workdir)), grace=2)
     problems += cleanup.unmount_all(workdir)
+    cleanup.remove_links_into(Path("/var/log/containers"), workdir)
     problems += cleanup.remove_kubepods_cgroups()
     problems += network.tear_down()
     problems += cleanup.restore_kernel_settings(kernel)

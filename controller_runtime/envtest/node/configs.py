@@ -113,7 +113,11 @@ def cni_conflist(addresses: Addresses) -> str:
 
 
 def kubelet_config(
-    addresses: Addresses, containerd_socket: Path, ca_file: Path, resolv_conf: Path
+    addresses: Addresses,
+    containerd_socket: Path,
+    ca_file: Path,
+    resolv_conf: Path,
+    pod_logs: Path,
 ) -> str:
     """The kubelet's configuration: cgroup v1 with cgroupfs, swap tolerated, low eviction
     thresholds (a small disk must not evict the test's Pods), client certificates checked
@@ -137,6 +141,7 @@ def kubelet_config(
         "clusterDomain": "cluster.local",
         "clusterDNS": [addresses.pod_gateway],
         "resolvConf": str(resolv_conf),
+        "podLogsDir": str(pod_logs),
         "evictionHard": {
             "memory.available": "50Mi",
             "nodefs.available": "1%",
