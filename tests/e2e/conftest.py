@@ -28,6 +28,10 @@ from controller_runtime.envtest.node.images import (
 from tests.e2e.operator import install
 from tests.e2e.support import TIMINGS, Images
 
+_FAILED: list[str] = []
+"""A session fixture that failed is retried by every test that uses it: building images or
+starting the node takes minutes, so the first failure is remembered and repeated instead."""
+
 
 @pytest.fixture(scope="session")
 def images() -> Images:
@@ -35,13 +39,19 @@ def images() -> Images:
         preflight()
     except NodeUnavailableError as err:
         pytest.skip(str(err))
+    if _FAILED:
+        pytest.fail(f"the images or the node failed earlier in this session: {_FAILED[0]}")
     tag = operator_tag()
-    return Images(
-        operator=f"controller-runtime-py/operator:{tag}",
-        operator_archive=ensure_image(operator_image(tag)),
-        postgres_archive=ensure_image(postgres_image()),
-        aws_cli_archive=ensure_image(aws_cli_image()),
-    )
+    try:
+        return Images(
+            operator=f"controller-runtime-py/operator:{tag}",
+            operator_archive=ensure_image(operator_image(tag)),
+            postgres_archive=ensure_image(postgres_image()),
+            aws_cli_archive=ensure_image(aws_cli_image()),
+        )
+    except Exception as err:
+        _FAILED.append(str(err).splitlines()[0])
+        raise
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +61,13 @@ def cluster(images: Images) -> Iterator[LocalCluster]:
         crd_directory=None,
         images=[images.operator_archive, images.postgres_archive, images.aws_cli_archive],
     )
-    node.start()
+    if _FAILED:
+        pytest.fail(f"the images or the node failed earlier in this session: {_FAILED[0]}")
+    try:
+        node.start()
+    except Exception as err:
+        _FAILED.append(str(err).splitlines()[0])
+        raise
     TIMINGS.update({f"cluster_{k}": v for k, v in node.timings.items()})
     workdir: Path = node.workdir
     try:

@@ -164,6 +164,7 @@ def operator_image(tag: str) -> ImageSpec:
             # The wheels are fetched on the host (whose pip knows this machine's package
             # servers and certificates) and installed offline in the root filesystem.
             'chroot "$1" python3 -m venv /opt/operator',
+            'mkdir -p "$1/tmp/wheels"',
             "sync-in {wheels} /tmp/wheels",
             'chroot "$1" /opt/operator/bin/pip install --quiet --no-cache-dir --no-index '
             "--disable-pip-version-check --find-links /tmp/wheels "
