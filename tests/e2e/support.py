@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,3 +84,18 @@ def wait_for(
             return time.monotonic() - started
         time.sleep(0.5)
     raise AssertionError(f"{what}: not reached within {timeout:.0f}s\n{describe()}")
+
+
+def new_namespace(cluster: LocalCluster, prefix: str) -> str:
+    """A fresh namespace whose ``default`` ServiceAccount exists (the controller-manager
+    makes it; a Pod created before it is refused)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    wait_for(
+        lambda: bool(
+            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).strip()
+        ),
+        f"serviceaccount {name}/default",
+        60,
+    )
+    return name

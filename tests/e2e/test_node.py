@@ -4,10 +4,9 @@ service range, and has no way out of the node."""
 from __future__ import annotations
 
 import json
-import uuid
 
 from controller_runtime.envtest.node.cluster import LocalCluster
-from tests.e2e.support import diagnostics, wait_for
+from tests.e2e.support import diagnostics, new_namespace, wait_for
 
 PROBE = r"""
 set -u
@@ -24,8 +23,7 @@ echo done
 def test_a_pod_runs_resolves_reaches_the_api_server_and_nothing_else(
     cluster: LocalCluster,
 ) -> None:
-    namespace = f"node-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
+    namespace = new_namespace(cluster, "node")
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 from controller_runtime.envtest.node.cluster import LocalCluster
 from tests.e2e.operator import LEASE, leader, operator_pods
-from tests.e2e.support import OPERATOR_NAMESPACE, TIMINGS, diagnostics, get_json, wait_for
+from tests.e2e.support import (
+    OPERATOR_NAMESPACE,
+    TIMINGS,
+    diagnostics,
+    get_json,
+    new_namespace,
+    wait_for,
+)
 
 
 def _describe(cluster: LocalCluster) -> str:
@@ -48,7 +54,7 @@ def test_two_replicas_run_restricted_one_leads_probes_green(
 
 def _task(cluster: LocalCluster, namespace: str, name: str) -> None:
     task = {
-        "apiVersion": "crpy.io/v1",
+        "apiVersion": "tasks.crpy.io/v1",
         "kind": "Task",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"priority": 3},
@@ -66,8 +72,7 @@ def _reconciled(cluster: LocalCluster, namespace: str, name: str) -> bool:
 def test_a_task_created_with_kubectl_is_reconciled_in_cluster(
     cluster: LocalCluster, operator: str
 ) -> None:
-    namespace = f"task-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
+    namespace = new_namespace(cluster, "task")
     _task(cluster, namespace, "first")
     took = wait_for(
         lambda: _reconciled(cluster, namespace, "first"),
@@ -94,8 +99,7 @@ def test_deleting_the_leader_pod_fails_over(cluster: LocalCluster, operator: str
         90,
         lambda: _describe(cluster),
     )
-    namespace = f"failover-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
+    namespace = new_namespace(cluster, "failover")
     _task(cluster, namespace, "after-failover")
     wait_for(
         lambda: _reconciled(cluster, namespace, "after-failover"),

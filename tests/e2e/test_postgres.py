@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 from controller_runtime.envtest.node.cluster import LocalCluster
-from tests.e2e.support import TIMINGS, diagnostics, wait_for
+from tests.e2e.support import TIMINGS, diagnostics, new_namespace, wait_for
 
 POLICY = {
     "apiVersion": "postgres.crpy.io/v1alpha1",
@@ -36,8 +35,7 @@ def _ready(cluster: LocalCluster, namespace: str, name: str) -> bool:
 def test_one_replica_turns_ready_and_accepts_connections(
     cluster: LocalCluster, operator: str
 ) -> None:
-    namespace = f"pg-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
+    namespace = new_namespace(cluster, "pg")
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POLICY))
     instance = {
         "apiVersion": "postgres.crpy.io/v1alpha1",

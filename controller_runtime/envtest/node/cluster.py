@@ -355,7 +355,7 @@ class LocalCluster:
         pids.update(zip(("etcd", "kube-apiserver"), self.plane.pids(), strict=False))
         for name, pid in pids.items():
             usage[name] = _rss_mib(pid)
-        shims = [pid for pid in cleanup.pids_naming(str(self.workdir)) if _is_shim(pid)]
+        shims = [pid for pid in network.pids_in_netns() if _is_shim(pid)]
         usage["shims"] = sum(_rss_mib(pid) for pid in shims)
         return usage
 

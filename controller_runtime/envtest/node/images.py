@@ -68,10 +68,14 @@ class ImageSpec:
     customize_hooks: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
     """Extra input texts (file contents, source hashes) the image depends on."""
+    directories: tuple[tuple[str, int, int], ...] = ()
+    """Directories (path, uid, mode) appended to the layer after mmdebstrap, which leaves
+    ``/run`` empty."""
 
     def fingerprint(self) -> str:
         blob = json.dumps(
             [
+                self.directories,
                 self.name,
                 self.packages,
                 self.config,
@@ -134,6 +138,8 @@ def postgres_image() -> ImageSpec:
             'chmod 0700 "$1/var/lib/postgresql/data"',
         ),
         inputs=(_file_hash(entrypoint),),
+        # The server's socket and lock file (the official image's /var/run/postgresql).
+        directories=(("run/postgresql", 999, 0o2777),),
     )
 
 
@@ -206,6 +212,7 @@ def ensure_image(
         else:
             progress(f"building image {spec.name} (Debian root filesystem; first time only)")
             _mmdebstrap(spec, layer, Path(work))
+            _append_directories(layer, spec.directories)
         _pack_oci_archive(spec, layer, archive.with_suffix(".tmp"))
         archive.with_suffix(".tmp").replace(archive)
         for stale in archive.parent.glob(f"{archive.name.rsplit('-', 1)[0]}-*.tar"):
@@ -243,6 +250,18 @@ def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).splitlines()[-30:])
         raise ImageError(f"mmdebstrap for {spec.name} failed ({result.returncode}):\n{tail}")
+
+
+def _append_directories(layer: Path, directories: Sequence[tuple[str, int, int]]) -> None:
+    if not directories:
+        return
+    with tarfile.open(layer, "a") as tar:
+        for path, uid, mode in directories:
+            info = tarfile.TarInfo(f"./{path.strip('/')}")
+            info.type = tarfile.DIRTYPE
+            info.uid = info.gid = uid
+            info.mode = mode
+            tar.addfile(info)
 
 
 def _build_wheel(out: Path) -> Path:
