@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tarfile
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 from controller_runtime.envtest.node import configs
+from controller_runtime.envtest.node.cluster import NodeUnavailableError, preflight
 from controller_runtime.envtest.node.images import ImageSpec, _pack_oci_archive
 
 ADDR = configs.Addresses()
@@ -104,3 +107,11 @@ def test_an_image_is_rebuilt_when_any_input_changes(packages: list[str], extra: 
     assert base.fingerprint() == ImageSpec(name="x:1", packages=tuple(packages)).fingerprint()
     assert base.fingerprint() != changed.fingerprint()
     assert base.archive_path() != changed.archive_path()
+
+
+def test_the_node_refuses_without_root_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(NodeUnavailableError) as caught:
+        preflight()
+    message = str(caught.value)
+    assert "root" in message and "\n" not in message
