@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller_runtime.objectkey import resolve_key
+from controller_runtime.reconcile import Request
 from informers.labels import LabelSelector
 from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
 from informers.store import IndexFunc, Store
@@ -106,13 +108,17 @@ class Cache:
         return self.factory.discovery
 
     async def watch(self, api_version: str, kind: str) -> KindInformers:
-        """Watch ``kind`` (idempotent) and return its informers, started."""
+        """Watch ``kind`` (idempotent) and return its informers, started.
+
+        While the API server cannot be reached, this waits for it (discovery retries with
+        backoff and logs each failure) rather than failing: cancel the caller to give up."""
         key = (api_version, kind)
         async with self._lock:
             existing = self._kinds.get(key)
             if existing is not None:
                 return existing
-            resource = await self.factory.discovery.resolve(api_version, kind)
+            # Waits (and logs) while the API server is unreachable, e.g. at start.
+            resource = await self.factory.discovery.resolve(api_version, kind, wait_for_server=True)
             options = self.by_object.get(key, ByObject())
             namespaces: Sequence[str | None] = [None]
             if resource.namespaced:
@@ -169,13 +175,23 @@ class Cache:
         return entry
 
     def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
     ) -> dict[str, Any]:
-        """The cached object; raises :class:`~kubeclient.errors.NotFoundError` when absent."""
+        """The cached object, keyed by a ``Request`` or by ``name=``/``namespace=`` (see
+        :mod:`controller_runtime.objectkey`); raises :class:`~kubeclient.errors.NotFoundError`
+        when absent."""
+        namespace, name = resolve_key(key, name, namespace, method="Cache.get")
         entry = self._entry(api_version, kind, namespace)
-        key = f"{namespace}/{name}" if entry.resource.namespaced and namespace else name
+        store_key = f"{namespace}/{name}" if entry.resource.namespaced and namespace else name
         for store in entry.stores_for(namespace):
-            obj = store.get(key)
+            obj = store.get(store_key)
             if obj is not None:
                 return obj
         raise NotFoundError(
