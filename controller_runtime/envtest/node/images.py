@@ -31,6 +31,7 @@ import io
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -246,10 +247,23 @@ def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
         "bookworm",
         str(layer),
     ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        tail = "\n".join((result.stderr or result.stdout).splitlines()[-30:])
-        raise ImageError(f"mmdebstrap for {spec.name} failed ({result.returncode}):\n{tail}")
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        try:
+            output, _ = process.communicate()
+        except BaseException:
+            # Interrupted: let mmdebstrap unmount what it mounted in its chroot before it
+            # goes (subprocess.run would SIGKILL it and leave the mounts behind).
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            raise
+    if process.returncode != 0:
+        tail = "\n".join(output.splitlines()[-30:])
+        raise ImageError(f"mmdebstrap for {spec.name} failed ({process.returncode}):\n{tail}")
 
 
 def _append_directories(layer: Path, directories: Sequence[tuple[str, int, int]]) -> None:
