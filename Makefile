@@ -19,7 +19,7 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(INSTALL_KEY)
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
-.PHONY: help venv run test chaos lint typecheck unit integration binaries bench venv-bench clean-cache postgres
+.PHONY: help venv run test chaos lint typecheck unit integration binaries bench venv-bench clean-cache postgres node-binaries e2e
 
 help:
 	@echo "make run        the operator on an embedded local control plane (or the configured cluster)"
@@ -28,6 +28,7 @@ help:
 	@echo "make lint       ruff and mypy --strict"
 	@echo "make binaries   build (once) and cache etcd, kube-apiserver and kubectl"
 	@echo "make bench      the reconcile-throughput benchmarks"
+	@echo "make e2e        the end-to-end tests on a local cluster with a real node (root)"
 
 venv: $(STAMP)
 
@@ -43,6 +44,18 @@ $(STAMP): pyproject.toml
 
 binaries: venv
 	$(BIN)/python -m controller_runtime.envtest build
+
+# The local node (docs/e2e.md): Debian packages (runc, CNI plugins, iptables, conntrack,
+# mmdebstrap), then kubelet, containerd, CoreDNS, SeaweedFS ... built once into $(CACHE_DIR).
+node-binaries: binaries
+	@sh scripts/ensure-node-packages.sh
+	$(BIN)/python -m controller_runtime.envtest build --node
+
+# The end-to-end tests on a one-node cluster (needs root; not part of `make test`). The node's
+# binaries (not SeaweedFS, which no test uses yet) and images are built by the tests' fixtures.
+e2e: venv binaries
+	@sh scripts/ensure-node-packages.sh
+	CRPY_E2E=1 $(BIN)/pytest tests/e2e -v -s --timeout=1800 $(PYTEST_ARGS)
 
 # PostgreSQL server binaries for the local server of the postgres tests and `make run`.
 postgres:
