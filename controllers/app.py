@@ -10,6 +10,7 @@ from controller_runtime.cache import CacheSyncTimeoutError
 from controller_runtime.controller import ControllerOptions
 from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElectionLostError
 from controller_runtime.manager import Manager, ManagerOptions, run_until_signalled
+from controller_runtime.sharding import ShardRingConfig
 from controllers.postgres import (
     setup_backup_controller,
     setup_binding_controller,
@@ -17,7 +18,7 @@ from controllers.postgres import (
     setup_plan_controller,
     setup_user_controller,
 )
-from controllers.task import setup_task_controller
+from controllers.task import setup_sharded_task_controller, setup_task_controller
 from kubeclient.config import SERVICE_ACCOUNT_DIR, ClusterConfig, ConfigError, load_config
 from kubeclient.discovery import UnknownKindError
 
@@ -27,7 +28,9 @@ Setup = Callable[[Manager, ControllerOptions], Awaitable[object]]
 
 
 async def _task(manager: Manager, options: ControllerOptions) -> object:
-    # The builder hands the controller to the manager (manager.add) itself.
+    # The builder hands the controller to the manager (manager.add), or to the shard ring.
+    if manager.shard_ring is not None:
+        return await setup_sharded_task_controller(manager, manager.client, options=options)
     return await setup_task_controller(manager, manager.client, options=options)
 
 
@@ -56,6 +59,8 @@ class OperatorSettings:
     leader_elect: bool = False
     leader_election_namespace: str | None = None
     leader_election_id: str = "controller-runtime-py-operator"
+    shard_ring: str | None = None
+    shard_slots: int = 16
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
@@ -89,11 +94,22 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
         )
+    ring = None
+    if settings.shard_ring:
+        ring = ShardRingConfig(
+            name=settings.shard_ring,
+            namespace=_lease_namespace(settings, config),
+            slots=settings.shard_slots,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_period=settings.retry_period,
+        )
     return Manager(
         config,
         ManagerOptions(
             namespaces=settings.namespaces or None,
             leader_election=election,
+            shard_ring=ring,
             metrics_bind_address=settings.metrics_bind_address,
             health_probe_bind_address=settings.health_probe_bind_address,
             graceful_shutdown_timeout=settings.graceful_shutdown_timeout,
@@ -130,6 +146,8 @@ async def run_operator(settings: OperatorSettings) -> int:
         ", ".join(settings.namespaces) or "all",
         "on" if settings.leader_elect else "off",
     )
+    if settings.shard_ring:
+        log.info("Task controller sharded over ring %s", settings.shard_ring)
     try:
         await run_until_signalled(manager)
     except LeaderElectionLostError as err:

@@ -23,6 +23,7 @@ from controller_runtime import ControllerBuilder, GenerationChanged, Request, Re
 from controller_runtime.builder import ControllerHost
 from controller_runtime.client import Client
 from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime.sharded_controller import ShardedController
 from controller_runtime.util.conditions import set_condition
 from kubeclient.errors import NotFoundError
 
@@ -105,6 +106,15 @@ class TaskReconciler:
         return Result(requeue_after=wake_in) if wake_in is not None else None
 
 
+def _task_builder(host: ControllerHost, options: ControllerOptions | None) -> ControllerBuilder:
+    return (
+        ControllerBuilder(host)
+        .named("task")
+        .for_(TASK_API_VERSION, TASK_KIND, predicates=[GenerationChanged()])
+        .with_options(options)
+    )
+
+
 async def setup_task_controller(
     host: ControllerHost,
     client: Client,
@@ -114,11 +124,16 @@ async def setup_task_controller(
 ) -> Controller:
     """Build the Task controller on ``host`` (a manager): watch Tasks, reconcile on spec
     changes (``GenerationChanged``: its own status writes do not trigger it again)."""
-    reconciler = TaskReconciler(client, clock=clock)
-    return await (
-        ControllerBuilder(host)
-        .named("task")
-        .for_(TASK_API_VERSION, TASK_KIND, predicates=[GenerationChanged()])
-        .with_options(options)
-        .complete(reconciler)
-    )
+    return await _task_builder(host, options).complete(TaskReconciler(client, clock=clock))
+
+
+async def setup_sharded_task_controller(
+    host: ControllerHost,
+    client: Client,
+    *,
+    options: ControllerOptions | None = None,
+    clock: Clock = utcnow,
+) -> ShardedController:
+    """The Task controller sharded over the manager's ring (``ManagerOptions.shard_ring``):
+    each replica reconciles the Tasks of the slots it owns."""
+    return await _task_builder(host, options).complete_sharded(TaskReconciler(client, clock=clock))

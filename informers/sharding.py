@@ -215,12 +215,15 @@ class ShardFilter:
         self.selector = selector
         self.resource = resource
         self.server_filtering = True
+        self.received = 0
         self.dropped = 0
         self._counter = CLIENT_FILTERED.labels(resource)
         self._gauge = SERVER_FILTERING.labels(resource)
         self._gauge.set(1)
 
     def accept(self, obj: Mapping[str, Any]) -> bool:
+        """True if ``obj`` is in the shard; counts it in :attr:`received` either way."""
+        self.received += 1
         if self.selector.matches(obj):
             return True
         self.dropped += 1
