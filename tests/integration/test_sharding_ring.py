@@ -235,6 +235,7 @@ async def scenario(plane: ControlPlane, namespace: str, count: int, out: Path) -
         proxy = await FaultProxy(host, int(port)).start()
         ring = f"tasks-{uuid.uuid4().hex[:6]}"
         replicas: list[Replica] = []
+        touching: asyncio.Task[int] | None = None
         try:
             a = start_replica(plane.kubeconfig, namespace, ring, "replica-a", out)
             b = start_replica(plane.kubeconfig, namespace, ring, "replica-b", out)
@@ -288,6 +289,10 @@ async def scenario(plane: ControlPlane, namespace: str, count: int, out: Path) -
             assert not found, "overlapping reconciles:\n" + "\n".join(found[:20])
             timings["reconciles"] = total
         finally:
+            if touching is not None and not touching.done():
+                touching.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await touching
             for replica in replicas:
                 if replica.process.poll() is None:
                     replica.process.kill()
