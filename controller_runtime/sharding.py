@@ -96,6 +96,10 @@ class ShardRingConfig:
     better and hand over in smaller pieces, at the cost of one watch per owned slot.
     ``drain_timeout`` (10 s) bounds how long in-flight reconciles of a slot being handed
     over may run before they are cancelled. ``shard_field`` is what objects are hashed by.
+    ``settle`` (default: two retry periods) is how long a replica that just joined waits,
+    its Lease already written, before it claims slots: replicas started together (a rollout,
+    a restart) then see each other first, instead of the first one listing every object and
+    handing most slots over again a moment later.
     """
 
     name: str
@@ -107,6 +111,11 @@ class ShardRingConfig:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     drain_timeout: float = 10.0
+    settle: float | None = None
+
+    @property
+    def settle_seconds(self) -> float:
+        return 2 * self.retry_period if self.settle is None else self.settle
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 40:
@@ -234,6 +243,7 @@ class ShardRing:
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self.handovers = 0
+        self._settled = False
         self._m = ring_metrics(config.name)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -327,6 +337,9 @@ class ShardRing:
         # sync for longer than the renew deadline.
         renewing = asyncio.create_task(self._renew_forever(), name="shard-ring-renew")
         try:
+            if not self._settled:
+                await asyncio.sleep(self.config.settle_seconds)
+                self._settled = True
             while True:
                 await self._step()
                 await asyncio.sleep(self._jittered_period())
