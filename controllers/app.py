@@ -156,5 +156,9 @@ async def run_operator(settings: OperatorSettings) -> int:
     except CacheSyncTimeoutError as err:
         log.error("%s", err)
         return 1
+    except Exception as err:
+        # Logged with its traceback by Manager.run; exit non-zero so that the Pod restarts.
+        log.error("operator failed (%s: %s); exiting with status 1", type(err).__name__, err)
+        return 1
     log.info("operator stopped")
     return 0

@@ -11,6 +11,13 @@ process the request, so any verb is retried after that many seconds; 5xx with
 is retried (after 1 s) for reads only. At most ``max_retries`` (10) times. A 401 refreshes the
 credentials once and retries.
 
+A connection failure is anything that keeps a request from being sent or answered:
+``aiohttp.ClientError``, a timeout, an ``OSError``, and a ``RuntimeError`` raised while the
+session is open — the event loop's own failures surface that way (uvloop's "File descriptor N
+is used by transport" while reconnecting during a storm of refused connections). All of them
+become an :class:`ApiError` with status 0 (reason ``TransportError``) once retries are spent,
+so callers handle one kind of failure.
+
 Each wait is the server's ``Retry-After`` stretched by a random factor in [1, 2): never
 shorter than asked, and clients pushed back together do not all come back in the same
 millisecond (a real in-flight limit of 1 turned 40 synchronised retries into 40 new 429s).
@@ -178,15 +185,27 @@ class Transport:
                     payload = await answer.read()
                     status = answer.status
                     answer_headers = answer.headers
-            except (aiohttp.ClientError, TimeoutError) as err:
+            except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
+                if isinstance(err, RuntimeError) and session.closed:
+                    raise  # "Session is closed": used after close(), a caller's bug
                 self._observe(method, 0, started, path, params)
                 if method in READ_METHODS and attempt < self.max_retries:
                     attempt += 1
-                    log.debug("retrying %s %s after a transport error: %s", method, path, err)
+                    log.debug(
+                        "retrying %s %s after a transport error: %s: %s",
+                        method,
+                        path,
+                        type(err).__name__,
+                        err,
+                    )
                     await asyncio.sleep(1.0)
                     continue
                 raise ApiError(
-                    0, "TransportError", str(err) or type(err).__name__, method=method, path=path
+                    0,
+                    "TransportError",
+                    f"{type(err).__name__}: {err}" if str(err) else type(err).__name__,
+                    method=method,
+                    path=path,
                 ) from err
             self._observe(method, status, started, path, params)
             if status < 400:
