@@ -56,12 +56,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import aiohttp
+
 from controller_runtime.leaderelection import (
     JITTER,
     LeaderElectionConfig,
     _micro_time,
     default_identity,
 )
+from controller_runtime.metrics import TASK_FAILURES
 from controller_runtime.shard_metrics import ring_metrics
 from informers.sharding import HashRange, ShardField, ShardSelector, split_hash_space
 from kubeclient.errors import ApiError, NotFoundError
@@ -78,6 +81,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_EXPECTED = (ApiError, TimeoutError, OSError, aiohttp.ClientError)
+"""Failures of a renewal or a listing that the network or the server explain."""
 
 RING_LABEL: Final = "crpy.io/shard-ring"
 """Label on every member Lease: the ring's name."""
@@ -472,15 +478,14 @@ class ShardRing:
                     except NotFoundError:
                         body["spec"]["acquireTime"] = body["spec"]["renewTime"]
                         await self.transport.request("POST", self._collection, body=body)
-            except (ApiError, TimeoutError, OSError) as err:
+            except _EXPECTED as err:
                 log.warning(
                     "shard ring %s: renewing %s failed: %s", self.config.name, self._path, err
                 )
                 return False
-            except Exception as err:  # aiohttp errors and the like: a failed renewal
-                log.warning(
-                    "shard ring %s: renewing %s failed: %r", self.config.name, self._path, err
-                )
+            except Exception:  # a bug or a failure of the stack under us: still a failed renewal
+                TASK_FAILURES.labels("shard-ring").inc()
+                log.exception("shard ring %s: renewing %s failed", self.config.name, self._path)
                 return False
             self._last_renew = max(self._last_renew, sent)
             self._published = claims
@@ -493,8 +498,12 @@ class ShardRing:
                 answer = await self.transport.get_json(
                     self._collection, {"labelSelector": f"{RING_LABEL}={self.config.name}"}
                 )
-        except Exception as err:  # API, timeout and connection errors: try again next period
-            log.warning("shard ring %s: listing members failed: %r", self.config.name, err)
+        except _EXPECTED as err:
+            log.warning("shard ring %s: listing members failed: %s", self.config.name, err)
+            return False
+        except Exception:  # try again next period, but say so loudly
+            TASK_FAILURES.labels("shard-ring").inc()
+            log.exception("shard ring %s: listing members failed", self.config.name)
             return False
         now = self._clock()
         seen: dict[str, _Member] = {}
