@@ -247,7 +247,6 @@ class ShardRing:
         self._last_renew = -float("inf")
         self._renew_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._changed = asyncio.Event()
         self.handovers = 0
         self._settled = False
         self._m = ring_metrics(config.name)
@@ -281,13 +280,25 @@ class ShardRing:
         slot at once (in-flight reconciles cancelled), then the replica rejoins."""
         while True:
             stepping = asyncio.create_task(self._loop(), name=f"shard-ring-{self.config.name}")
+            failed = False
             try:
                 await self._watchdog(stepping)
+            except Exception:
+                # A bug in a step: never keep working without the loop that renews and
+                # watches the deadline. Drop everything, then start over.
+                failed = True
+                TASK_FAILURES.labels("shard-ring").inc()
+                log.exception(
+                    "shard ring %s: the ring's loop failed; dropping every slot and rejoining",
+                    self.config.name,
+                )
             finally:
                 stepping.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await stepping
             await self._fence()
+            if failed:
+                await asyncio.sleep(self.config.retry_period)
 
     async def leave(self, drain_timeout: float | None) -> None:
         """Stop every slot (draining up to ``drain_timeout``), record that nothing is claimed,
@@ -296,8 +307,11 @@ class ShardRing:
         self.claims.clear()
         if self._published:
             await self._renew()
-        with contextlib.suppress(ApiError):
-            await self.transport.request("DELETE", self._path)
+        try:
+            async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
+                await self.transport.request("DELETE", self._path)
+        except _EXPECTED as err:  # it expires by itself; the others then take over
+            log.warning("shard ring %s: deleting %s failed: %s", self.config.name, self._path, err)
         self.members = []
         self._m.members.set(0)
         log.info("left shard ring %s as %s", self.config.name, self.config.identity)
