@@ -38,7 +38,23 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_CRD_DIRECTORY,
         help="directory of CRD manifests to install (default: %(default)s)",
     )
+    run.add_argument(
+        "--feature-gate",
+        dest="feature_gates",
+        action="append",
+        type=_gate,
+        default=[],
+        metavar="NAME=true|false",
+        help="an API server feature gate, e.g. ShardedListAndWatch=true (repeatable)",
+    )
     return parser
+
+
+def _gate(text: str) -> tuple[str, bool]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or value.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected NAME=true or NAME=false, got {text!r}")
+    return name, value.lower() == "true"
 
 
 def wait_for_signal() -> None:
@@ -65,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"binaries ready in {bin_dir()}: {binaries.kube_apiserver.name}, etcd, kubectl")
             return 0
         started = time.monotonic()
-        with ControlPlane(crd_directory=args.crds) as plane:
+        gates = dict(args.feature_gates)
+        with ControlPlane(crd_directory=args.crds, feature_gates=gates) as plane:
             print(f"local control plane ready in {time.monotonic() - started:.1f}s")
             print_access(plane)
             print("Ctrl-C stops it.", flush=True)
