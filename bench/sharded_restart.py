@@ -15,8 +15,9 @@ it) and measures:
 * **peak RSS** of each replica (``VmHWM``), and the objects its cache held at the end;
 * **bytes sent** by the API server to each replica (TLS records, ring Leases included).
 
-Replica processes run ``python -m bench.sharded_restart replica ...`` (ring timings: lease
-6 s, renew deadline 4 s, retry 1 s; 4 workers per slot). Prints one JSON line per run.
+Replica processes run ``python -m bench.sharded_restart replica ...`` (default ring timings:
+lease 15 s, renew deadline 10 s, retry 2 s, settle 4 s; 4 workers per slot). Prints one JSON
+line per run; replica logs stay in the directory printed first.
 """
 
 from __future__ import annotations
@@ -57,14 +58,7 @@ async def replica(kubeconfig: str, namespace: str, ring: str, identity: str, out
             namespaces=[namespace],
             metrics_bind_address=None,
             health_probe_bind_address=None,
-            shard_ring=ShardRingConfig(
-                ring,
-                namespace,
-                identity=identity,
-                lease_duration=6,
-                renew_deadline=4,
-                retry_period=1,
-            ),
+            shard_ring=ShardRingConfig(ring, namespace, identity=identity),
         ),
     )
     sharded = await setup_sharded_task_controller(
@@ -173,16 +167,21 @@ async def run_ring(  # noqa: PLR0917 (a bench driver)
                 result.append({"reconciled": 0, "objects": 0, "slots": 0})
         return result
 
-    while sum(s["reconciled"] for s in states()) < count:
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"{replicas} replicas: not all {count} Tasks reconciled")
+    try:
+        while sum(s["reconciled"] for s in states()) < count:
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"{replicas} replicas: not all {count} Tasks reconciled")
+            for p in processes:
+                if p.poll() is not None:
+                    raise RuntimeError(f"a replica exited with {p.returncode}; see {out}")
+            await asyncio.sleep(0.25)
+        elapsed = time.monotonic() - started
+        await asyncio.sleep(1.0)  # a last status write after the final reconciles
+        final = states()
+    except BaseException:
         for p in processes:
-            if p.poll() is not None:
-                raise RuntimeError(f"a replica exited with {p.returncode}; see {out}")
-        await asyncio.sleep(0.25)
-    elapsed = time.monotonic() - started
-    await asyncio.sleep(1.0)  # a last status write after the final reconciles
-    final = states()
+            p.kill()
+        raise
     result = {
         "replicas": replicas,
         "objects": count,

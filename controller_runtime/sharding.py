@@ -105,7 +105,10 @@ class ShardRingConfig:
     ``settle`` (default: two retry periods) is how long a replica that just joined waits,
     its Lease already written, before it claims slots: replicas started together (a rollout,
     a restart) then see each other first, instead of the first one listing every object and
-    handing most slots over again a moment later.
+    handing most slots over again a moment later. After its renew deadline passed (fenced),
+    a replica waits ``settle`` x 2, x 4 ... (up to x 32 while fences come within a minute of
+    each other) before claiming again, so an overloaded replica does not take the same load
+    straight back.
     """
 
     name: str
@@ -186,6 +189,12 @@ def assign_slots(members: Iterable[str], slots: int) -> dict[str, frozenset[int]
     return {m: frozenset(s) for m, s in out.items()}
 
 
+def _describe(err: BaseException) -> str:
+    if isinstance(err, TimeoutError):
+        return "no answer in time (is the API server overloaded, or this process starved?)"
+    return str(err) or type(err).__name__
+
+
 class SlotListener(Protocol):
     """What a ring drives: start work on a slot, stop it (draining up to a timeout)."""
 
@@ -249,6 +258,8 @@ class ShardRing:
         self._task: asyncio.Task[None] | None = None
         self.handovers = 0
         self._settled = False
+        self._fences_in_row = 0
+        self._last_fence = -float("inf")
         self._m = ring_metrics(config.name)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -311,7 +322,12 @@ class ShardRing:
             async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
                 await self.transport.request("DELETE", self._path)
         except _EXPECTED as err:  # it expires by itself; the others then take over
-            log.warning("shard ring %s: deleting %s failed: %s", self.config.name, self._path, err)
+            log.warning(
+                "shard ring %s: deleting %s failed: %s",
+                self.config.name,
+                self.lease.name,
+                _describe(err),
+            )
         self.members = []
         self._m.members.set(0)
         log.info("left shard ring %s as %s", self.config.name, self.config.identity)
@@ -348,6 +364,14 @@ class ShardRing:
         self._m.fenced.inc()
         await self._stop_slots(set(self.active), 0)
         self.claims.clear()
+        # Back off before claiming again: a replica fenced because it was overloaded (every
+        # slot relisting at once) would otherwise take the same load on at once, miss its
+        # deadline again, and never settle. Doubles while fences come within a minute.
+        now = self._clock()
+        recent = now - self._last_fence < 60.0
+        self._fences_in_row = min(self._fences_in_row + 1, 5) if recent else 1
+        self._last_fence = now
+        self._settled = False
 
     def _jittered_period(self) -> float:
         return self.config.retry_period * (1 + self._rng.random() * (JITTER - 1))
@@ -358,7 +382,7 @@ class ShardRing:
         renewing = asyncio.create_task(self._renew_forever(), name="shard-ring-renew")
         try:
             if not self._settled:
-                await asyncio.sleep(self.config.settle_seconds)
+                await asyncio.sleep(self.config.settle_seconds * 2**self._fences_in_row)
                 self._settled = True
             while True:
                 await self._step()
@@ -494,7 +518,10 @@ class ShardRing:
                         await self.transport.request("POST", self._collection, body=body)
             except _EXPECTED as err:
                 log.warning(
-                    "shard ring %s: renewing %s failed: %s", self.config.name, self._path, err
+                    "shard ring %s: renewing %s failed: %s",
+                    self.config.name,
+                    self.lease.name,
+                    _describe(err),
                 )
                 return False
             except Exception:  # a bug or a failure of the stack under us: still a failed renewal
@@ -513,7 +540,9 @@ class ShardRing:
                     self._collection, {"labelSelector": f"{RING_LABEL}={self.config.name}"}
                 )
         except _EXPECTED as err:
-            log.warning("shard ring %s: listing members failed: %s", self.config.name, err)
+            log.warning(
+                "shard ring %s: listing members failed: %s", self.config.name, _describe(err)
+            )
             return False
         except Exception:  # try again next period, but say so loudly
             TASK_FAILURES.labels("shard-ring").inc()
