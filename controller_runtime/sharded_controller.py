@@ -27,6 +27,7 @@ from controller_runtime.handlers import EnqueueRequestForObject
 from controller_runtime.predicates import PredicateLike
 from controller_runtime.reconcile import ReconcileFunc, Reconciler
 from controller_runtime.sharding import ShardRing, slot_selector
+from informers import metrics as informer_metrics
 from informers.shared import SharedInformer
 from informers.store import Store
 
@@ -105,6 +106,7 @@ class ShardedController:
             self.api_version, self.kind, shard_selector=selector
         )
         self.entry.informers[f"slot-{slot}"] = informer
+        self._count_all_slots()
         name = f"{self.name}-slot{slot}"
         guard = self.guard_factory(name) if self.guard_factory is not None else None
         controller = Controller(name, self.reconciler, options=self.options, guard=guard)
@@ -119,3 +121,12 @@ class ShardedController:
         informer = self.entry.informers.pop(f"slot-{slot}", None)
         if informer is not None:
             await self.cache.factory.discard(informer)
+        self._count_all_slots()
+
+    def _count_all_slots(self) -> None:
+        # Each reflector points informer_store_objects at its own store; for a sharded kind
+        # the series should count every slot's (and must not keep a stopped slot's alive).
+        entry = self.entry
+        informer_metrics.STORE_OBJECTS.labels(entry.resource.group_resource).set_function(
+            lambda: sum(len(i.store) for i in list(entry.informers.values()))
+        )

@@ -92,6 +92,8 @@ async def test_one_replica_owns_every_slot_and_reports_it(
         assert f'shard_ring_owned_slots{{ring="{ring}"}} 16.0' in text
         assert f'shard_ring_members{{ring="{ring}"}} 1.0' in text
         assert f'shard_ring_handovers_total{{kind="acquire",ring="{ring}"}} 16.0' in text
+        # The store gauge counts every slot's store, not only the last one started.
+        assert 'informer_store_objects{resource="tasks.tasks.crpy.io"} 30.0' in text
         leases = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         listed = (
             await transport.request("GET", leases, params={"labelSelector": f"{RING_LABEL}={ring}"})
