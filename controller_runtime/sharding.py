@@ -423,7 +423,9 @@ class ShardRing:
         if conflict:
             self.claims -= conflict
             await self._renew()
-        gained = (pending & self._published) - conflict
+        # Only slots claimed now *and* in the last write that succeeded: a withdrawal whose
+        # write failed leaves a slot published but no longer claimed.
+        gained = (pending & self.claims & self._published) - conflict
         if gained:
             started = self._clock()
             await asyncio.gather(*(self._start_slot(slot) for slot in sorted(gained)))
