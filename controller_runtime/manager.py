@@ -7,7 +7,12 @@ Lifecycle of :meth:`Manager.run`:
    ``"0"`` turns one off; port 0 picks a free one, see :attr:`Manager.metrics_url`).
 2. Wait for every watched kind's informers to sync (``cache_sync_timeout``, 120 s default;
    the error names the kinds that did not). ``/readyz`` turns ready then. Followers keep
-   their caches warm too, so a takeover does not wait for a full sync.
+   their caches warm too, so a takeover does not wait for a full sync. From then on the
+   ``informers-healthy`` readiness check fails while any started informer is not
+   :attr:`~informers.shared.SharedInformer.healthy` (its reflector crashed and has not relisted
+   yet, or a kind added later has not synced). Readiness, not liveness: the informer restarts
+   its reflector itself, and a Pod restart would only throw away every other cache (and the
+   Lease) to repair what the process already repairs.
 3. With leader election: campaign for the Lease, then start the controllers; without it,
    start them at once.
 4. On :meth:`request_stop` (SIGTERM/SIGINT with :func:`run_until_signalled`): stop taking
@@ -146,7 +151,10 @@ class Manager:
             else None
         )
         self._healthz: dict[str, Check] = {"ping": lambda: True}
-        self._readyz: dict[str, Check] = {"informers-synced": lambda: self._synced}
+        self._readyz: dict[str, Check] = {
+            "informers-synced": lambda: self._synced,
+            "informers-healthy": lambda: not self.factory.unhealthy(),
+        }
         self.shard_ring: ShardRing | None = None
         if options.shard_ring is not None:
             self.shard_ring = ShardRing(self.transport, options.shard_ring)

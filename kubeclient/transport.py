@@ -247,6 +247,11 @@ class Transport:
         ``response.content.iter_any()`` for the raw chunks. A non-200 answer raises the typed
         :class:`ApiError` (with ``retry_after``) instead; there is no retry here, because the
         reflector decides what to do next.
+
+        Any failure to connect is an ``ApiError`` with status 0 (``TransportError``): not only
+        ``aiohttp.ClientError`` and timeouts but also a bare ``OSError`` and a ``RuntimeError``
+        raised while connecting (uvloop's ``File descriptor N is used by transport``,
+        MagicStack/uvloop#653), so a caller never mistakes a refused connection for a bug.
         """
         _, session = self._sessions()
         for attempt in range(2):
@@ -259,7 +264,7 @@ class Transport:
                     headers=request_headers,
                     server_hostname=self.config.tls_server_name,
                 )
-            except (aiohttp.ClientError, TimeoutError) as err:
+            except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
                 self._observe("WATCH", 0, started, path, params)
                 raise ApiError(
                     0, "TransportError", str(err) or type(err).__name__, method="WATCH", path=path
