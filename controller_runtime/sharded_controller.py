@@ -12,6 +12,8 @@ and one :class:`~controller_runtime.controller.Controller` (work queue and worke
 
 Reads of the sharded kind through the manager's cache and client see the objects of the slots
 this replica owns (and nothing else: a read of an object of another slot is a "not found").
+The cache's namespace scope (``namespaces``, or ``by_object`` for the kind) applies: one
+informer per slot and namespace.
 ``max_concurrent_reconciles`` applies per slot.
 """
 
@@ -99,27 +101,38 @@ class ShardedController:
     def slots(self) -> list[int]:
         return sorted(self.controllers)
 
+    def _namespaces(self) -> list[str | None]:
+        """The cache's scope for this kind: its namespaces (``by_object`` first, then the
+        cache's), or ``[None]`` for all namespaces and cluster-scoped kinds."""
+        if not self.entry.resource.namespaced:
+            return [None]
+        options = self.cache.by_object.get((self.api_version, self.kind))
+        scope = (options.namespaces if options is not None else None) or self.cache.namespaces
+        return list(scope) if scope else [None]
+
     async def start_slot(self, slot: int) -> None:
         config = self.ring.config
         selector = slot_selector(slot, config.slots, config.shard_field)
-        informer = await self.cache.factory.informer(
-            self.api_version, self.kind, shard_selector=selector
-        )
-        self.entry.informers[f"slot-{slot}"] = informer
-        self._count_all_slots()
         name = f"{self.name}-slot{slot}"
         guard = self.guard_factory(name) if self.guard_factory is not None else None
         controller = Controller(name, self.reconciler, options=self.options, guard=guard)
-        controller.watch(informer, EnqueueRequestForObject(), self.predicates)
         self.controllers[slot] = controller
+        for namespace in self._namespaces():
+            informer = await self.cache.factory.informer(
+                self.api_version, self.kind, namespace=namespace, shard_selector=selector
+            )
+            self.entry.informers[_informer_key(slot, namespace)] = informer
+            controller.watch(informer, EnqueueRequestForObject(), self.predicates)
+        self._count_all_slots()
         await controller.start()
 
     async def stop_slot(self, slot: int, drain_timeout: float | None) -> None:
         controller = self.controllers.pop(slot, None)
         if controller is not None:
             await controller.stop(drain_timeout)
-        informer = self.entry.informers.pop(f"slot-{slot}", None)
-        if informer is not None:
+        prefix = _informer_key(slot, None).split("/")[0] + "/"
+        for key in [k for k in self.entry.informers if k and k.startswith(prefix)]:
+            informer = self.entry.informers.pop(key)
             await self.cache.factory.discard(informer)
         self._count_all_slots()
 
@@ -130,3 +143,7 @@ class ShardedController:
         informer_metrics.STORE_OBJECTS.labels(entry.resource.group_resource).set_function(
             lambda: sum(len(i.store) for i in list(entry.informers.values()))
         )
+
+
+def _informer_key(slot: int, namespace: str | None) -> str:
+    return f"slot-{slot}/{namespace or ''}"

@@ -50,6 +50,13 @@ async def test_one_replica_owns_every_slot_and_reports_it(
     base = f"/apis/tasks.crpy.io/v1/namespaces/{namespace}/tasks"
     for i in range(30):
         await transport.request("POST", base, body=task(f"t{i:02d}"))
+    # Tasks in another namespace: outside the manager's scope, so never cached nor reconciled.
+    elsewhere = f"{namespace}-x"
+    await transport.request("POST", "/api/v1/namespaces", body={"metadata": {"name": elsewhere}})
+    for i in range(5):
+        await transport.request(
+            "POST", f"/apis/tasks.crpy.io/v1/namespaces/{elsewhere}/tasks", body=task(f"t{i:02d}")
+        )
     ring = f"solo-{uuid.uuid4().hex[:6]}"
     manager = Manager(
         admin_config,
@@ -66,11 +73,11 @@ async def test_one_replica_owns_every_slot_and_reports_it(
 
     async def reconcile(request: Request) -> None:
         await inner.reconcile(request)  # reads through the sharded cache
-        reconciled.add(request.name)
+        reconciled.add(f"{request.namespace}/{request.name}")
         if len(reconciled) == 30:
             all_seen.set()
 
-    await (
+    sharded = await (
         ControllerBuilder(manager)
         .for_(TASKS, "Task")
         .with_options(skip_name_validation=True)
@@ -81,6 +88,8 @@ async def test_one_replica_owns_every_slot_and_reports_it(
         await asyncio.wait_for(all_seen.wait(), 60)
         assert manager.shard_ring is not None
         assert manager.shard_ring.active == set(range(16))
+        assert {key.split("/")[0] for key in reconciled} == {namespace}
+        assert sum(len(i.store) for i in sharded.entry.informers.values()) == 30
         items = (await transport.request("GET", base)).json()["items"]
         assert all(t.get("status", {}).get("state") == "Pending" for t in items)
         async with aiohttp.ClientSession() as http:
