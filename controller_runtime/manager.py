@@ -50,6 +50,7 @@ import contextlib
 import logging
 import os
 import signal
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -208,12 +209,11 @@ class Manager:
     async def run(self) -> None:
         """Run until :meth:`request_stop`; see the module docstring."""
         loop = asyncio.get_running_loop()
-        previous_handler = loop.get_exception_handler()
-        loop.set_exception_handler(_counting_exception_handler(previous_handler))
+        _hold_counting_handler(loop)
         try:
             await self._run()
         finally:
-            loop.set_exception_handler(previous_handler)
+            _release_counting_handler(loop)
 
     async def _run(self) -> None:
         try:
@@ -445,6 +445,30 @@ class Manager:
 
 
 LoopExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+# Managers running at once in one loop share one counting handler: installed by the first,
+# removed by the last (restoring each manager's own "previous" would leave a stale handler
+# behind whenever they stop in another order than they started).
+_HANDLER_HOLDS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[LoopExceptionHandler | None, int]
+] = weakref.WeakKeyDictionary()
+
+
+def _hold_counting_handler(loop: asyncio.AbstractEventLoop) -> None:
+    previous, holders = _HANDLER_HOLDS.get(loop, (loop.get_exception_handler(), 0))
+    if holders == 0:
+        loop.set_exception_handler(_counting_exception_handler(previous))
+    _HANDLER_HOLDS[loop] = (previous, holders + 1)
+
+
+def _release_counting_handler(loop: asyncio.AbstractEventLoop) -> None:
+    previous, holders = _HANDLER_HOLDS.get(loop, (None, 1))
+    if holders <= 1:
+        _HANDLER_HOLDS.pop(loop, None)
+        loop.set_exception_handler(previous)
+    else:
+        _HANDLER_HOLDS[loop] = (previous, holders - 1)
 
 
 def _counting_exception_handler(previous: LoopExceptionHandler | None) -> LoopExceptionHandler:
