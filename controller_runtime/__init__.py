@@ -1,10 +1,35 @@
 """controller_runtime: an asyncio controller runtime for Kubernetes.
 
-The public API is re-exported here; see ``docs/controllers.md`` for how to write a controller.
+Everything a controller author needs is importable from here, in one line (see
+``docs/controllers.md`` and ``docs/reference.md``)::
+
+    from controller_runtime import Manager, ManagerOptions, ControllerBuilder, Request, ...
+
+- running: :class:`Manager`, :class:`ManagerOptions`, :func:`run_until_signalled`,
+  :class:`LeaderElectionConfig`, :func:`load_config`, :func:`configure_logging`;
+- reading and writing: :class:`Client` (cached reads, ``client.live``, writes),
+  :func:`ignore_not_found`, :func:`retry_on_conflict`, the API errors (:class:`NotFoundError`,
+  :class:`ConflictError`, :class:`AlreadyExistsError`, ...);
+- reconciling: :class:`Request`, :class:`Result`, :class:`TerminalError`,
+  :func:`reconcile_logger`;
+- wiring: :class:`ControllerBuilder`, the predicates, the handlers, :class:`ByObject`;
+- helpers (controller-runtime's ``controllerutil``): owner references, finalizers,
+  create-or-update, conditions, events.
+
+The layers underneath stay importable for those who need them: ``kubeclient`` (the HTTP client:
+transport, config, errors, discovery) and ``informers`` (list+watch, stores, shared informers).
 """
 
 from controller_runtime.builder import ControllerBuilder, ControllerHost, GuardFactory
-from controller_runtime.cache import Cache, NotCachedError
+from controller_runtime.cache import ByObject, Cache, CacheSyncTimeoutError, NotCachedError
+from controller_runtime.client import (
+    Client,
+    LiveReader,
+    PatchType,
+    PropagationPolicy,
+    ignore_not_found,
+    retry_on_conflict,
+)
 from controller_runtime.controller import (
     Controller,
     ControllerOptions,
@@ -12,11 +37,41 @@ from controller_runtime.controller import (
     ReconcileTimeoutError,
     reconcile_logger,
 )
+from controller_runtime.errors import (
+    AlreadyExistsError,
+    ApiError,
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    GoneError,
+    InternalServerError,
+    InvalidError,
+    MethodNotAllowedError,
+    NotFoundError,
+    ServerTimeoutError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+    UnauthorizedError,
+    UnknownKindError,
+)
 from controller_runtime.handlers import (
     EnqueueRequestForObject,
     EnqueueRequestForOwner,
     EnqueueRequestsFromMapFunc,
     EventHandler,
+)
+from controller_runtime.leaderelection import LeaderElectionConfig, LeaderElectionLostError
+from controller_runtime.logformat import (
+    JsonFormatter,
+    LogFormat,
+    TextFormatter,
+    configure_logging,
+)
+from controller_runtime.manager import (
+    Manager,
+    ManagerOptions,
+    install_uvloop,
+    run_until_signalled,
 )
 from controller_runtime.predicates import (
     AnnotationsChanged,
@@ -39,28 +94,117 @@ from controller_runtime.reconcile import (
     TerminalError,
     current_reconcile,
 )
+from controller_runtime.util import (
+    AlreadyOwnedError,
+    ClusterScopedDependentError,
+    ConditionStatus,
+    CrossNamespaceOwnerError,
+    EventRecorder,
+    EventRecorderOptions,
+    FinalizeAction,
+    FinalizeOutcome,
+    OperationResult,
+    OwnerReferenceError,
+    add_finalizer,
+    add_finalizer_patch,
+    contains_finalizer,
+    create_or_patch,
+    create_or_update,
+    ensure_finalizer,
+    format_time,
+    get_condition,
+    get_controller_of,
+    handle_finalization,
+    has_controller_reference,
+    is_being_deleted,
+    is_controlled_by,
+    is_true,
+    merge_patch,
+    release_finalizer,
+    remove_condition,
+    remove_finalizer,
+    remove_finalizer_patch,
+    remove_owner_reference,
+    set_condition,
+    set_controller_reference,
+    set_owner_reference,
+    status_conditions,
+    validate_owner,
+)
 from controller_runtime.workqueue import LOW_PRIORITY, WorkQueue
+from informers.labels import LabelSelector
+from informers.shared import InformerFactory
+from informers.store import ADDED, DELETED, MODIFIED, StoreDelta
+from kubeclient.config import (
+    SERVICE_ACCOUNT_DIR,
+    ClusterConfig,
+    ConfigError,
+    in_cluster_available,
+    load_config,
+    load_kubeconfig,
+)
+from kubeclient.transport import Transport
 
 __all__ = [
+    "ADDED",
+    "DELETED",
     "LOW_PRIORITY",
+    "MODIFIED",
+    "SERVICE_ACCOUNT_DIR",
+    "AlreadyExistsError",
+    "AlreadyOwnedError",
     "AnnotationsChanged",
+    "ApiError",
+    "BadRequestError",
+    "ByObject",
     "Cache",
+    "CacheSyncTimeoutError",
+    "Client",
+    "ClusterConfig",
+    "ClusterScopedDependentError",
+    "ConditionStatus",
+    "ConfigError",
+    "ConflictError",
     "ConsistencyGuard",
     "Controller",
     "ControllerBuilder",
     "ControllerHost",
     "ControllerOptions",
+    "CrossNamespaceOwnerError",
     "EnqueueRequestForObject",
     "EnqueueRequestForOwner",
     "EnqueueRequestsFromMapFunc",
     "EventHandler",
+    "EventRecorder",
+    "EventRecorderOptions",
+    "FinalizeAction",
+    "FinalizeOutcome",
+    "ForbiddenError",
     "GenerationChanged",
+    "GoneError",
     "GuardFactory",
+    "InformerFactory",
+    "InternalServerError",
+    "InvalidError",
+    "JsonFormatter",
+    "LabelSelector",
     "LabelSelectorPredicate",
     "LabelsChanged",
+    "LeaderElectionConfig",
+    "LeaderElectionLostError",
+    "LiveReader",
+    "LogFormat",
+    "Manager",
+    "ManagerOptions",
+    "MethodNotAllowedError",
     "NotCachedError",
+    "NotFoundError",
+    "OperationResult",
+    "OwnerReferenceError",
+    "PatchType",
     "Predicate",
     "PredicateFuncs",
+    "PropagationPolicy",
     "ReconcileContext",
     "ReconcileLogFilter",
     "ReconcileTimeoutError",
@@ -68,11 +212,52 @@ __all__ = [
     "Request",
     "ResourceVersionChanged",
     "Result",
+    "ServerTimeoutError",
+    "ServiceUnavailableError",
+    "StoreDelta",
     "TerminalError",
+    "TextFormatter",
+    "TooManyRequestsError",
+    "Transport",
+    "UnauthorizedError",
+    "UnknownKindError",
     "WorkQueue",
+    "add_finalizer",
+    "add_finalizer_patch",
     "and_",
+    "configure_logging",
+    "contains_finalizer",
+    "create_or_patch",
+    "create_or_update",
     "current_reconcile",
+    "ensure_finalizer",
+    "format_time",
+    "get_condition",
+    "get_controller_of",
+    "handle_finalization",
+    "has_controller_reference",
+    "ignore_not_found",
+    "in_cluster_available",
+    "install_uvloop",
+    "is_being_deleted",
+    "is_controlled_by",
+    "is_true",
+    "load_config",
+    "load_kubeconfig",
+    "merge_patch",
     "not_",
     "or_",
     "reconcile_logger",
+    "release_finalizer",
+    "remove_condition",
+    "remove_finalizer",
+    "remove_finalizer_patch",
+    "remove_owner_reference",
+    "retry_on_conflict",
+    "run_until_signalled",
+    "set_condition",
+    "set_controller_reference",
+    "set_owner_reference",
+    "status_conditions",
+    "validate_owner",
 ]

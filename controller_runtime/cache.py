@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller_runtime.objectkey import resolve_key
+from controller_runtime.reconcile import Request
 from informers.labels import LabelSelector
 from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
 from informers.store import IndexFunc, Store
@@ -190,13 +192,23 @@ class Cache:
         return entry
 
     def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
     ) -> dict[str, Any]:
-        """The cached object; raises :class:`~kubeclient.errors.NotFoundError` when absent."""
+        """The cached object, keyed by a ``Request`` or by ``name=``/``namespace=`` (see
+        :mod:`controller_runtime.objectkey`); raises :class:`~kubeclient.errors.NotFoundError`
+        when absent."""
+        namespace, name = resolve_key(key, name, namespace, method="Cache.get")
         entry = self._entry(api_version, kind, namespace)
-        key = f"{namespace}/{name}" if entry.resource.namespaced and namespace else name
+        store_key = f"{namespace}/{name}" if entry.resource.namespaced and namespace else name
         for store in entry.stores_for(namespace):
-            obj = store.get(key)
+            obj = store.get(store_key)
             if obj is not None:
                 return obj
         raise NotFoundError(

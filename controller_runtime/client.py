@@ -3,6 +3,13 @@
 Objects are plain dicts (``apiVersion``, ``kind``, ``metadata``, ...). ``apiVersion`` + ``kind``
 are resolved to URLs through the cache's :class:`~kubeclient.discovery.Discovery`.
 
+**Keys.** Methods that address an object by key take ``api_version, kind`` and then a
+:class:`~controller_runtime.reconcile.Request` or keyword-only ``name=``/``namespace=``
+(:mod:`controller_runtime.objectkey`): ``client.get(TASKS, "Task", request)``. Names are never
+positional, so ``(name, namespace)`` cannot be swapped with ``Request(namespace, name)``.
+Methods that write an object take the object; :meth:`Client.delete` takes either.
+:func:`ignore_not_found` turns a ``NotFoundError`` into ``None``.
+
 **Reads.** :meth:`Client.get` and :meth:`Client.list` read the cache. A kind the cache does
 not watch raises :class:`~controller_runtime.cache.NotCachedError` saying what to configure;
 nothing starts a watch behind the caller's back. :attr:`Client.live` reads the API server
@@ -32,11 +39,12 @@ import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from controller_runtime.cache import Cache
 from controller_runtime.consistency import OwnWritesOverlay
-from controller_runtime.reconcile import CURRENT_RECONCILE
+from controller_runtime.objectkey import resolve_key
+from controller_runtime.reconcile import CURRENT_RECONCILE, Request
 from informers.labels import LabelSelector
 from kubeclient.discovery import Discovery, ResourceInfo
 from kubeclient.errors import (
@@ -55,6 +63,7 @@ __all__ = [
     "LiveReader",
     "PatchType",
     "PropagationPolicy",
+    "ignore_not_found",
     "retry_on_conflict",
 ]
 
@@ -182,9 +191,19 @@ class LiveReader:
         self._discovery = discovery
 
     async def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
     ) -> Obj:
-        """The object; raises :class:`~kubeclient.errors.NotFoundError` when absent."""
+        """The object, keyed by a ``Request`` or by ``name=``/``namespace=`` (see
+        :mod:`controller_runtime.objectkey`); raises :class:`~kubeclient.errors.NotFoundError`
+        when absent."""
+        namespace, name = resolve_key(key, name, namespace, method="client.live.get")
         resource = await self._discovery.resolve(api_version, kind)
         answer = await _request(
             self._transport, "GET", resource.path(namespace, name), timeout=self._timeout
@@ -269,15 +288,28 @@ class Client:
     # ------------------------------------------------------------------------- cached reads
 
     async def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
     ) -> Obj:
-        """The cached object. Raises :class:`~kubeclient.errors.NotFoundError` when the cache
-        does not hold it, and :class:`~controller_runtime.cache.NotCachedError` when the kind
-        (or namespace) is not cached at all."""
+        """The cached object, keyed by a ``Request`` (``client.get(TASKS, "Task", request)``)
+        or by ``name=``/``namespace=`` keywords (see :mod:`controller_runtime.objectkey`).
+
+        Raises :class:`~kubeclient.errors.NotFoundError` when the cache does not hold it
+        (:func:`ignore_not_found` turns that into ``None``), and
+        :class:`~controller_runtime.cache.NotCachedError` when the kind (or namespace) is not
+        cached at all. A bare string or tuple as the key raises ``TypeError``.
+        """
+        namespace, name = resolve_key(key, name, namespace, method="client.get")
         if self._overlay is None:
-            return self.cache.get(api_version, kind, name, namespace)
+            return self.cache.get(api_version, kind, name=name, namespace=namespace)
         try:
-            cached: Obj | None = self.cache.get(api_version, kind, name, namespace)
+            cached: Obj | None = self.cache.get(api_version, kind, name=name, namespace=namespace)
         except NotFoundError:
             cached = None
         entry = self.cache.watched(api_version, kind)
@@ -417,16 +449,51 @@ class Client:
             dry_run=False,
         )
 
+    @overload
     async def delete(
         self,
         obj: Mapping[str, Any],
+        /,
         *,
         propagation_policy: PropagationPolicy | None = None,
         preconditions: Mapping[str, str] | None = None,
         grace_period_seconds: int | None = None,
         dry_run: bool = False,
+    ) -> Obj | None: ...
+
+    @overload
+    async def delete(
+        self,
+        api_version: str,
+        kind: str,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        preconditions: Mapping[str, str] | None = None,
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
+    ) -> Obj | None: ...
+
+    async def delete(
+        self,
+        target: Mapping[str, Any] | str,
+        kind: str | None = None,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        preconditions: Mapping[str, str] | None = None,
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
     ) -> Obj | None:
-        """DELETE the object ``obj`` identifies.
+        """DELETE an object: the one ``obj`` identifies (its apiVersion, kind, namespace and
+        name; the rest is ignored), or ``api_version, kind`` and a key as for :meth:`get`
+        (``delete(TASKS, "Task", request)``, ``delete(TASKS, "Task", name=..., namespace=...)``).
 
         ``propagation_policy``: ``"Background"`` (the server's default for most kinds: the
         object goes now, the garbage collector removes dependents later), ``"Foreground"``
@@ -439,6 +506,7 @@ class Client:
         Returns ``None`` when the object is gone, or the object when it still exists, marked
         for deletion (finalizers, foreground deletion, graceful deletion).
         """
+        obj = _delete_target(target, kind, key, name, namespace)
         resource, namespace, name = await self._locate(obj)
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if propagation_policy is not None:
@@ -518,10 +586,12 @@ class Client:
         self,
         api_version: str,
         kind: str,
-        name: str,
-        namespace: str | None,
-        mutate: Callable[[Obj], Obj | Awaitable[Obj | None] | None],
+        key: Request | None = None,
+        /,
         *,
+        name: str | None = None,
+        namespace: str | None = None,
+        mutate: Callable[[Obj], Obj | Awaitable[Obj | None] | None],
         steps: int = 5,
         base_delay: float = 0.01,
         factor: float = 1.0,
@@ -530,13 +600,16 @@ class Client:
     ) -> Obj:
         """Read the object live, apply ``mutate`` to it, update; on a conflict start over.
 
+        The object is keyed as for :meth:`get` (a ``Request``, or ``name=``/``namespace=``).
         ``mutate`` changes the dict in place (or returns a replacement); it may be async, and
         it must be safe to run more than once. If it changes nothing, no write is made and
         the live object is returned. Attempts and delays as :func:`retry_on_conflict`.
         """
 
+        namespace, name = resolve_key(key, name, namespace, method="client.mutate_with_retry")
+
         async def attempt() -> Obj:
-            current = await self.live.get(api_version, kind, name, namespace)
+            current = await self.live.get(api_version, kind, name=name, namespace=namespace)
             desired = copy.deepcopy(current)
             result = mutate(desired)
             if inspect.isawaitable(result):
@@ -649,6 +722,43 @@ class Client:
         if context is not None and context.guard is not None:
             meta = {"namespace": namespace, "name": name, "uid": uid}
             context.guard.record_delete(context.request, resource, {"metadata": meta})
+
+
+async def ignore_not_found(read: Awaitable[T]) -> T | None:
+    """Await ``read``; ``None`` if it raised :class:`~kubeclient.errors.NotFoundError`.
+
+    controller-runtime's ``client.IgnoreNotFound`` for Python:
+    ``task = await ignore_not_found(client.get(TASKS, "Task", request))``. Every other error
+    propagates, including :class:`~controller_runtime.cache.NotCachedError` (a kind the cache
+    does not watch is a configuration mistake, not an absent object).
+    """
+    try:
+        return await read
+    except NotFoundError:
+        return None
+
+
+def _delete_target(
+    target: Mapping[str, Any] | str,
+    kind: str | None,
+    key: Request | None,
+    name: str | None,
+    namespace: str | None,
+) -> Mapping[str, Any]:
+    if isinstance(target, Mapping):
+        if kind is not None or key is not None or name is not None or namespace is not None:
+            raise TypeError(
+                "client.delete takes either an object, or api_version, kind and a key; not both"
+            )
+        return target
+    if not isinstance(target, str) or not isinstance(kind, str):
+        raise TypeError(
+            "client.delete takes an object, or api_version, kind and a Request or "
+            f"name=/namespace= (got {target!r}, {kind!r})"
+        )
+    namespace, name = resolve_key(key, name, namespace, method="client.delete")
+    meta = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
+    return {"apiVersion": target, "kind": kind, "metadata": meta}
 
 
 def _require_resource_version(obj: Mapping[str, Any], verb: str) -> None:

@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from controller_runtime.metrics import TASK_FAILURES
 from kubeclient.errors import ApiError, ConflictError, NotFoundError
@@ -178,7 +178,7 @@ class LeaderElector:
                 if remaining > 0:
                     await asyncio.sleep(min(config.retry_period, remaining))
 
-    def _lost(self) -> None:
+    def _lost(self) -> NoReturn:
         config = self.config
         self.is_leader = False
         raise LeaderElectionLostError(

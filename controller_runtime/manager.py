@@ -39,8 +39,9 @@ exception in a long-running task is logged with its traceback and counted in
 * anything that still escapes the leader-election task or the controllers' start ends
   :meth:`run` with that exception, after a logged shutdown: the entry point exits non-zero;
 * an exception that reaches the event loop's handler (raised in a callback or a listener, or
-  a task's exception nobody retrieved) is counted as ``task="event-loop"`` while :meth:`run`
-  runs, and logged by the handler that was installed before (asyncio's by default).
+  a task's exception nobody retrieved) is counted as ``task="event-loop"`` from the first
+  :meth:`run` on that loop on, and logged by the handler that was installed before
+  (asyncio's by default).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ import contextlib
 import logging
 import os
 import signal
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -208,16 +208,20 @@ class Manager:
 
     async def run(self) -> None:
         """Run until :meth:`request_stop`; see the module docstring."""
-        loop = asyncio.get_running_loop()
-        _hold_counting_handler(loop)
-        try:
-            await self._run()
-        finally:
-            _release_counting_handler(loop)
+        _count_loop_exceptions(asyncio.get_running_loop())
+        await self._run()
 
     async def _run(self) -> None:
         try:
+            # A failure to bind an endpoint (OSError, e.g. EADDRINUSE) is raised unlogged: the
+            # caller knows which option names the address and says so in one line.
             await self._serve()
+            await self._start_and_lead()
+        finally:
+            await self._shutdown()
+
+    async def _start_and_lead(self) -> None:
+        try:
             for runnable in self.runnables:
                 if not runnable.need_leader_election:
                     await runnable.start()
@@ -235,8 +239,6 @@ class Manager:
                 exc_info=err,
             )
             raise
-        finally:
-            await self._shutdown()
 
     async def _wait_for_caches(self) -> None:
         waiting = asyncio.create_task(self.cache.wait_for_sync(self.options.cache_sync_timeout))
@@ -447,44 +449,29 @@ class Manager:
 LoopExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
 
 
-# Managers running at once in one loop share one counting handler: installed by the first,
-# removed by the last (restoring each manager's own "previous" would leave a stale handler
-# behind whenever they stop in another order than they started).
-_HANDLER_HOLDS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, tuple[LoopExceptionHandler | None, int]
-] = weakref.WeakKeyDictionary()
-
-
-def _hold_counting_handler(loop: asyncio.AbstractEventLoop) -> None:
-    previous, holders = _HANDLER_HOLDS.get(loop, (loop.get_exception_handler(), 0))
-    if holders == 0:
-        loop.set_exception_handler(_counting_exception_handler(previous))
-    _HANDLER_HOLDS[loop] = (previous, holders + 1)
-
-
-def _release_counting_handler(loop: asyncio.AbstractEventLoop) -> None:
-    previous, holders = _HANDLER_HOLDS.get(loop, (None, 1))
-    if holders <= 1:
-        _HANDLER_HOLDS.pop(loop, None)
-        loop.set_exception_handler(previous)
-    else:
-        _HANDLER_HOLDS[loop] = (previous, holders - 1)
-
-
-def _counting_exception_handler(previous: LoopExceptionHandler | None) -> LoopExceptionHandler:
+class _CountingExceptionHandler:
     """An event-loop exception handler that counts what reaches it (an exception raised in a
     callback or a listener, a task's exception nobody retrieved) as
     ``controller_runtime_task_failures_total{task="event-loop"}``, then hands it to
     ``previous`` (by default asyncio's, which logs it with its traceback)."""
 
-    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    def __init__(self, previous: LoopExceptionHandler | None) -> None:
+        self.previous = previous
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         TASK_FAILURES.labels(EVENT_LOOP).inc()
-        if previous is not None:
-            previous(loop, context)
+        if self.previous is not None:
+            self.previous(loop, context)
         else:
             loop.default_exception_handler(context)
 
-    return handle
+
+def _count_loop_exceptions(loop: asyncio.AbstractEventLoop) -> None:
+    """Install the counting handler on ``loop`` once, wrapping the handler in place. It stays
+    for the loop's lifetime: several managers may share a loop and stop in any order, so
+    none of them can safely put the previous handler back."""
+    if not isinstance(loop.get_exception_handler(), _CountingExceptionHandler):
+        loop.set_exception_handler(_CountingExceptionHandler(loop.get_exception_handler()))
 
 
 async def _logged(what: str, step: Awaitable[object]) -> None:

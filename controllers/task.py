@@ -19,13 +19,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from controller_runtime import ControllerBuilder, GenerationChanged, Request, Result
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime import (
+    Client,
+    Controller,
+    ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
+    GenerationChanged,
+    NotFoundError,
+    Request,
+    Result,
+    set_condition,
+)
 from controller_runtime.sharded_controller import ShardedController
-from controller_runtime.util.conditions import set_condition
-from kubeclient.errors import NotFoundError
 
 TASK_API_VERSION = "tasks.crpy.io/v1"
 TASK_KIND = "Task"
@@ -91,9 +97,7 @@ class TaskReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            task = await self.client.get(
-                TASK_API_VERSION, TASK_KIND, request.name, request.namespace
-            )
+            task = await self.client.get(TASK_API_VERSION, TASK_KIND, request)
         except NotFoundError:
             return None  # deleted: nothing to do
         status, wake_in = derive_status(task, self.clock())

@@ -54,6 +54,10 @@ transport error). A watch is reported as the ``GET`` it is (its parameters carry
 so that a hook can tell what the API server authorised (e.g. RBAC verbs in tests)."""
 
 
+# RuntimeError subclasses that never mean a connection failed.
+_NOT_CONNECTION_FAILURES = (RecursionError, NotImplementedError)
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     """A complete answer: status, headers and the raw body."""
@@ -186,8 +190,10 @@ class Transport:
                     status = answer.status
                     answer_headers = answer.headers
             except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
-                if isinstance(err, RuntimeError) and session.closed:
-                    raise  # "Session is closed": used after close(), a caller's bug
+                if isinstance(err, RuntimeError) and (
+                    session.closed or isinstance(err, _NOT_CONNECTION_FAILURES)
+                ):
+                    raise  # "Session is closed" (used after close()) or a bug: not the network
                 self._observe(method, 0, started, path, params)
                 if method in READ_METHODS and attempt < self.max_retries:
                     attempt += 1

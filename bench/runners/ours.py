@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.runners.stamp import stamped
-from controller_runtime import ControllerBuilder, Request, Result
+from controller_runtime import ControllerBuilder, Request, Result, configure_logging
 from controller_runtime.client import Client
 from controller_runtime.controller import ControllerOptions
 from controller_runtime.manager import (
@@ -29,7 +29,6 @@ from controller_runtime.manager import (
     install_uvloop,
     run_until_signalled,
 )
-from controllers.logsetup import configure_logging
 from controllers.task import (
     TASK_API_VERSION,
     TASK_KIND,
@@ -51,9 +50,7 @@ class WriteHeavyTaskReconciler(TaskReconciler):
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            task = await self.client.get(
-                TASK_API_VERSION, TASK_KIND, request.name, request.namespace
-            )
+            task = await self.client.get(TASK_API_VERSION, TASK_KIND, request)
         except NotFoundError:
             return None
         now = self.clock()

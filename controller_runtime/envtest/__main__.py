@@ -16,12 +16,18 @@ import threading
 import time
 from pathlib import Path
 
-from controller_runtime.envtest.binaries import BinaryError, bin_dir, find_binaries
+from controller_runtime.envtest.binaries import (
+    KUBERNETES_VERSION,
+    BinaryError,
+    bin_dir,
+    find_binaries,
+)
 from controller_runtime.envtest.controlplane import (
     DEFAULT_CRD_DIRECTORY,
     ControlPlane,
     ControlPlaneError,
 )
+from controller_runtime.envtest.kubectl import kubectl_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,10 +72,22 @@ def wait_for_signal() -> None:
         pass
 
 
-def print_access(plane: ControlPlane) -> None:
+def plane_kubectl(plane: ControlPlane) -> str:
+    """The kubectl to print for ``plane``: see
+    :func:`~controller_runtime.envtest.kubectl.kubectl_command`."""
+    return kubectl_command(plane.binaries.kubectl if plane.binaries else None)
+
+
+def print_access(plane: ControlPlane, kubectl: str | None = None) -> None:
+    kubectl = kubectl or plane_kubectl(plane)
     print(f"API server:  {plane.server}")
+    if kubectl != "kubectl":
+        print(
+            f"kubectl:     {kubectl} (the kubectl on PATH is missing or too far from "
+            f"v{KUBERNETES_VERSION}: kubectl supports one minor version either way)"
+        )
     print(f"kubeconfig:  {plane.kubeconfig}")
-    print(f"try:         kubectl --kubeconfig {plane.kubeconfig} get crds")
+    print(f"try:         {kubectl} --kubeconfig {plane.kubeconfig} get crds")
     print(f"             export KUBECONFIG={plane.kubeconfig}", flush=True)
 
 

@@ -37,7 +37,7 @@ JsonPatch = list[dict[str, Any]]
 
 class _LiveReader(Protocol):
     async def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self, api_version: str, kind: str, /, *, name: str, namespace: str | None = None
     ) -> dict[str, Any]: ...
 
 
@@ -151,6 +151,11 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str, str, str | None]:
     return obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")
 
 
+async def _read_live(client: FinalizerClient, obj: Mapping[str, Any]) -> dict[str, Any]:
+    api_version, kind, name, namespace = _key(obj)
+    return await client.live.get(api_version, kind, name=name, namespace=namespace)
+
+
 async def _patch_until_done(
     client: FinalizerClient,
     obj: dict[str, Any],
@@ -173,7 +178,7 @@ async def _patch_until_done(
         try:
             return await client.patch(state, patch, patch_type="json")
         except (ConflictError, InvalidError) as err:
-            fresh = await client.live.get(*_key(state))
+            fresh = await _read_live(client, state)
             if uid and fresh["metadata"].get("uid") != uid:
                 raise NotFoundError(
                     404, "NotFound", f"{_key(state)} with uid {uid} was deleted (and recreated)"
@@ -284,7 +289,7 @@ async def handle_finalization(
     if not contains_finalizer(obj, name):
         return FinalizeOutcome(FinalizeAction.SKIPPED, obj, deleting=True)
     try:
-        live = await client.live.get(*_key(obj))
+        live = await _read_live(client, obj)
     except NotFoundError:
         return FinalizeOutcome(FinalizeAction.SKIPPED, None, deleting=True)
     if not contains_finalizer(live, name):

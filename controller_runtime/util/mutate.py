@@ -39,7 +39,7 @@ class OperationResult(enum.Enum):
 
 class _LiveReader(Protocol):
     async def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self, api_version: str, kind: str, /, *, name: str, namespace: str | None = None
     ) -> dict[str, Any]: ...
 
 
@@ -110,7 +110,7 @@ async def _get_live(client: MutateClient, template: Mapping[str, Any]) -> dict[s
     if not (api_version and kind and name):
         raise ValueError("the template needs apiVersion, kind and metadata.name")
     try:
-        return await client.live.get(api_version, kind, name, namespace)
+        return await client.live.get(api_version, kind, name=name, namespace=namespace)
     except NotFoundError:
         return None
 

@@ -17,16 +17,20 @@ from __future__ import annotations
 from typing import Any
 
 from controller_runtime import (
+    AlreadyExistsError,
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
     reconcile_logger,
+    set_controller_reference,
 )
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import EventRecorder, set_controller_reference
 from controllers.postgres import jobs
 from controllers.postgres.api import API_VERSION, BACKUP, INSTANCE, POLICY, POLICY_NAME, ref_name
 from controllers.postgres.common import (
@@ -37,7 +41,6 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.policy import image_for, parse_version
-from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -60,7 +63,7 @@ async def tools_image(client: Client, backup: Obj, instance: Obj) -> str:
     except ValueError:
         version = parse_version("16")
     try:
-        policy: Obj | None = await client.get(API_VERSION, POLICY, POLICY_NAME)
+        policy: Obj | None = await client.get(API_VERSION, POLICY, name=POLICY_NAME)
     except NotFoundError:
         policy = None
     return image_for(policy, version)
@@ -75,7 +78,7 @@ class BackupReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            backup = await self.client.get(API_VERSION, BACKUP, request.name, request.namespace)
+            backup = await self.client.get(API_VERSION, BACKUP, request)
         except NotFoundError:
             return None
         status = status_copy(backup)
@@ -87,7 +90,9 @@ class BackupReconciler:
         status["location"] = jobs.location(backup)
         name = jobs.job_name(meta["name"])
         try:
-            job: Obj | None = await self.client.get("batch/v1", "Job", name, meta["namespace"])
+            job: Obj | None = await self.client.get(
+                "batch/v1", "Job", name=name, namespace=meta["namespace"]
+            )
         except NotFoundError:
             # The cache is complete (synced at start, and holding our own creates before we
             # run again): a Job we created and cannot see was deleted.
@@ -98,7 +103,7 @@ class BackupReconciler:
             instance_name = ref_name(backup, "instanceRef") or ""
             try:
                 instance = await self.client.get(
-                    API_VERSION, INSTANCE, instance_name, meta["namespace"]
+                    API_VERSION, INSTANCE, name=instance_name, namespace=meta["namespace"]
                 )
             except NotFoundError:
                 status["phase"] = "Pending"

@@ -26,22 +26,23 @@ from typing import Any
 from urllib.parse import quote
 
 from controller_runtime import (
+    AlreadyExistsError,
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
-    reconcile_logger,
-)
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import (
-    EventRecorder,
     contains_finalizer,
     ensure_finalizer,
     get_condition,
     is_being_deleted,
     is_controlled_by,
+    reconcile_logger,
     release_finalizer,
     set_controller_reference,
 )
@@ -70,7 +71,6 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.scram import generate_password
-from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "service-binding"
@@ -129,7 +129,7 @@ class BindingReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            binding = await self.client.get(API_VERSION, BINDING, request.name, request.namespace)
+            binding = await self.client.get(API_VERSION, BINDING, request)
         except NotFoundError:
             return None
         if not is_being_deleted(binding):
@@ -154,7 +154,7 @@ class BindingReconciler:
         instance_name = ref_name(binding, "instanceRef") or ""
         try:
             instance = await self.client.get(
-                API_VERSION, INSTANCE, instance_name, meta["namespace"]
+                API_VERSION, INSTANCE, name=instance_name, namespace=meta["namespace"]
             )
         except NotFoundError:
             await not_ready(
@@ -214,7 +214,7 @@ class BindingReconciler:
         log = reconcile_logger(__name__)
         try:
             existing: Obj | None = await self.client.live.get(
-                "v1", "Secret", name, meta["namespace"]
+                "v1", "Secret", name=name, namespace=meta["namespace"]
             )
         except NotFoundError:
             existing = None
@@ -264,7 +264,9 @@ class BindingReconciler:
             ("v1", "Secret", secret_name(binding)),
         ):
             try:
-                obj = await self.client.live.get(api_version, kind, name, meta["namespace"])
+                obj = await self.client.live.get(
+                    api_version, kind, name=name, namespace=meta["namespace"]
+                )
             except NotFoundError:
                 continue
             if not is_controlled_by(obj, binding):

@@ -11,9 +11,14 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from controller_runtime.cache import Cache
-from controller_runtime.client import Client
-from controller_runtime.util import EventRecorder, merge_patch, set_condition, status_conditions
+from controller_runtime import (
+    Cache,
+    Client,
+    EventRecorder,
+    merge_patch,
+    set_condition,
+    status_conditions,
+)
 from controllers.postgres.api import ref_name
 
 log = logging.getLogger(__name__)

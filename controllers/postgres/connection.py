@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_runtime.client import Client
-from controller_runtime.predicates import Predicate
+from controller_runtime import Client, NotFoundError, Predicate, StoreDelta
 from controllers.postgres.common import decode_secret
 from controllers.postgres.render import SUPERUSER, Names, endpoint
 from controllers.postgres.sql import ConnInfo
-from informers.store import StoreDelta
-from kubeclient.errors import NotFoundError
 
 
 class ConfigurationError(ValueError):
@@ -25,7 +22,7 @@ class ConfigurationError(ValueError):
 async def read_secret(client: Client, name: str, namespace: str) -> dict[str, str] | None:
     """The decoded data of Secret ``namespace/name`` (live read), or ``None`` if absent."""
     try:
-        return decode_secret(await client.live.get("v1", "Secret", name, namespace))
+        return decode_secret(await client.live.get("v1", "Secret", name=name, namespace=namespace))
     except NotFoundError:
         return None
 

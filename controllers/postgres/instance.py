@@ -29,20 +29,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller_runtime import (
+    DELETED,
+    AlreadyExistsError,
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
-    reconcile_logger,
-)
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import (
-    EventRecorder,
+    StoreDelta,
     contains_finalizer,
     ensure_finalizer,
     is_being_deleted,
+    reconcile_logger,
     release_finalizer,
     set_controller_reference,
 )
@@ -83,8 +86,6 @@ from controllers.postgres.policy import (
     server_version,
 )
 from controllers.postgres.scram import generate_password
-from informers.store import DELETED, StoreDelta
-from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class InstanceReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            instance = await self.client.get(API_VERSION, INSTANCE, request.name, request.namespace)
+            instance = await self.client.get(API_VERSION, INSTANCE, request)
         except NotFoundError:
             return None
         if not is_being_deleted(instance):
@@ -145,7 +146,7 @@ class InstanceReconciler:
 
     async def _policy(self) -> Obj | None:
         try:
-            return await self.client.get(API_VERSION, POLICY, POLICY_NAME)
+            return await self.client.get(API_VERSION, POLICY, name=POLICY_NAME)
         except NotFoundError:
             return None
 
@@ -260,7 +261,7 @@ class InstanceReconciler:
         status["observedGeneration"] = generation
         try:
             sts: Obj | None = await self.client.get(
-                "apps/v1", "StatefulSet", names.statefulset, meta["namespace"]
+                "apps/v1", "StatefulSet", name=names.statefulset, namespace=meta["namespace"]
             )
         except NotFoundError:
             sts = None
@@ -383,7 +384,9 @@ class InstanceReconciler:
             return True, "restored"
         backup_name = str(instance["spec"]["restore"]["backupName"])
         try:
-            backup = await self.client.live.get(API_VERSION, BACKUP, backup_name, meta["namespace"])
+            backup = await self.client.live.get(
+                API_VERSION, BACKUP, name=backup_name, namespace=meta["namespace"]
+            )
         except NotFoundError:
             restore["phase"] = "Pending"
             return False, f"waiting for Backup {backup_name!r} to exist"
@@ -395,7 +398,9 @@ class InstanceReconciler:
             return False, f"waiting for Backup {backup_name!r} to succeed"
         name = jobs.job_name(meta["name"], "restore")
         try:
-            job: Obj | None = await self.client.get("batch/v1", "Job", name, meta["namespace"])
+            job: Obj | None = await self.client.get(
+                "batch/v1", "Job", name=name, namespace=meta["namespace"]
+            )
         except NotFoundError:
             job = None
         if job is None:
@@ -453,7 +458,7 @@ class InstanceReconciler:
         name = render.Names(meta["name"]).pdb
         try:
             existing = await self.client.get(
-                "policy/v1", "PodDisruptionBudget", name, meta["namespace"]
+                "policy/v1", "PodDisruptionBudget", name=name, namespace=meta["namespace"]
             )
         except NotFoundError:
             return

@@ -26,14 +26,20 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controller_runtime import ControllerBuilder, Request, Result, reconcile_logger
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import (
+from controller_runtime import (
+    AlreadyExistsError,
+    Client,
+    Controller,
+    ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EventRecorder,
+    NotFoundError,
+    Request,
+    Result,
     format_time,
     is_controlled_by,
+    reconcile_logger,
     set_controller_reference,
 )
 from controllers.postgres.api import (
@@ -53,7 +59,6 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.cron import CronError, Schedule
-from kubeclient.errors import AlreadyExistsError, NotFoundError
 
 Obj = dict[str, Any]
 Clock = Callable[[], datetime]
@@ -130,7 +135,7 @@ class PlanReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            plan = await self.client.get(API_VERSION, BACKUP_PLAN, request.name, request.namespace)
+            plan = await self.client.get(API_VERSION, BACKUP_PLAN, request)
         except NotFoundError:
             return None
         if plan["metadata"].get("deletionTimestamp"):

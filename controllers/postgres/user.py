@@ -25,16 +25,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller_runtime import (
+    Client,
+    Controller,
     ControllerBuilder,
+    ControllerHost,
+    ControllerOptions,
     EnqueueRequestsFromMapFunc,
+    EventRecorder,
+    NotFoundError,
     Request,
     Result,
+    handle_finalization,
+    is_being_deleted,
+    is_true,
     reconcile_logger,
 )
-from controller_runtime.builder import ControllerHost
-from controller_runtime.client import Client
-from controller_runtime.controller import Controller, ControllerOptions
-from controller_runtime.util import EventRecorder, handle_finalization, is_being_deleted, is_true
 from controllers.postgres import sql
 from controllers.postgres.api import (
     API_VERSION,
@@ -58,7 +63,6 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
-from kubeclient.errors import NotFoundError
 
 Obj = dict[str, Any]
 
@@ -90,13 +94,15 @@ class UserReconciler:
         if name is None:
             return None
         try:
-            return await self.client.get(API_VERSION, INSTANCE, name, user["metadata"]["namespace"])
+            return await self.client.get(
+                API_VERSION, INSTANCE, name=name, namespace=user["metadata"]["namespace"]
+            )
         except NotFoundError:
             return None
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
-            user = await self.client.get(API_VERSION, USER, request.name, request.namespace)
+            user = await self.client.get(API_VERSION, USER, request)
         except NotFoundError:
             return None
         instance = await self._instance(user)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from controller_runtime.cache import Cache
-from controller_runtime.client import Client, retry_on_conflict
+from controller_runtime.client import Client, ignore_not_found, retry_on_conflict
 from controller_runtime.consistency import ReadYourWritesGuard
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from controller_runtime.envtest.faultproxy import FaultProxy
@@ -78,7 +78,7 @@ async def test_cached_reads_of_an_unwatched_kind_fail_with_guidance(
     client: Client, cache: Cache, namespace: str
 ) -> None:
     for read in (
-        client.get("v1", "Secret", "s", namespace),
+        client.get("v1", "Secret", name="s", namespace=namespace),
         client.list("v1", "Secret", namespace=namespace),
     ):
         with pytest.raises(NotCachedError) as caught:
@@ -92,12 +92,63 @@ async def test_cached_reads_of_an_unwatched_kind_fail_with_guidance(
     await cache.wait_for_sync(30)
     # The create came before the watch started, so the initial list holds it.
     assert f"{namespace}/cm" in cache.factory.informers()[0].store
-    assert (await client.get("v1", "ConfigMap", "cm", namespace))["metadata"]["name"] == "cm"
+    assert (await client.get("v1", "ConfigMap", name="cm", namespace=namespace))["metadata"][
+        "name"
+    ] == "cm"
     assert [
         o["metadata"]["name"] for o in await client.list("v1", "ConfigMap", namespace=namespace)
     ]
     with pytest.raises(NotFoundError):
-        await client.get("v1", "ConfigMap", "absent", namespace)
+        await client.get("v1", "ConfigMap", name="absent", namespace=namespace)
+
+
+async def test_every_keyed_method_takes_a_request_or_keywords_and_refuses_positional_names(
+    client: Client, cache: Cache, namespace: str
+) -> None:
+    await cache.watch("v1", "ConfigMap")
+    await cache.wait_for_sync(30)
+    created = await client.create(configmap("keyed", namespace, {"v": "1"}))
+    request = Request(namespace, "keyed")
+    store = cache.factory.informers()[0].store
+    assert await store.wait_for_resource_version(created["metadata"]["resourceVersion"], 30)
+
+    for read in (client.get, client.live.get):
+        by_request = await read("v1", "ConfigMap", request)
+        by_keywords = await read("v1", "ConfigMap", name="keyed", namespace=namespace)
+        assert by_request["metadata"]["uid"] == by_keywords["metadata"]["uid"]
+        assert by_request["metadata"]["uid"] == created["metadata"]["uid"]
+        # The old positional form, either way round, fails loudly instead of reading
+        # "not found".
+        for swapped in ((namespace, "keyed"), ("keyed", namespace)):
+            with pytest.raises(TypeError):
+                await read("v1", "ConfigMap", *swapped)  # type: ignore[call-arg, arg-type]
+        with pytest.raises(TypeError, match="name="):
+            await read("v1", "ConfigMap", "keyed")  # type: ignore[arg-type]
+    assert cache.get("v1", "ConfigMap", request)["metadata"]["name"] == "keyed"
+
+    def bump(obj: dict[str, Any]) -> None:
+        obj["data"]["v"] = "2"
+
+    mutated = await client.mutate_with_retry("v1", "ConfigMap", request, mutate=bump)
+    assert mutated["data"] == {"v": "2"}
+
+    # ignore_not_found: None for an absent object, the object otherwise, and a kind the cache
+    # does not watch is still an error.
+    assert await ignore_not_found(client.get("v1", "ConfigMap", Request(namespace, "no"))) is None
+    assert (await ignore_not_found(client.live.get("v1", "ConfigMap", request))) is not None
+    with pytest.raises(NotCachedError):
+        await ignore_not_found(client.get("v1", "Secret", name="s", namespace=namespace))
+
+    # delete: by key (Request or keywords) as well as by object.
+    assert await client.delete("v1", "ConfigMap", request) is None
+    await client.create(configmap("by-keywords", namespace))
+    assert await client.delete("v1", "ConfigMap", name="by-keywords", namespace=namespace) is None
+    with pytest.raises(NotFoundError):
+        await client.live.get("v1", "ConfigMap", name="by-keywords", namespace=namespace)
+    with pytest.raises(TypeError, match="not both"):
+        await client.delete(configmap("x", namespace), "ConfigMap")  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match=r"needs metadata\.namespace"):
+        await client.delete("v1", "ConfigMap", name="no-namespace")
 
 
 # ------------------------------------------------------------------------------ typed errors
@@ -105,7 +156,7 @@ async def test_cached_reads_of_an_unwatched_kind_fail_with_guidance(
 
 async def test_not_found_and_already_exists(client: Client, namespace: str) -> None:
     with pytest.raises(NotFoundError) as missing:
-        await client.live.get("v1", "ConfigMap", "absent", namespace)
+        await client.live.get("v1", "ConfigMap", name="absent", namespace=namespace)
     assert missing.value.status == 404 and missing.value.reason == "NotFound"
     with pytest.raises(NotFoundError):
         await client.patch(configmap("absent", namespace), {"data": {"a": "b"}})
@@ -126,7 +177,9 @@ async def test_a_stale_update_is_a_conflict(client: Client, namespace: str) -> N
         await client.update({**first, "data": {"v": "3"}})
     assert not isinstance(stale.value, AlreadyExistsError)
     assert stale.value.reason == "Conflict" and "has been modified" in stale.value.message
-    assert (await client.live.get("v1", "ConfigMap", "cm", namespace))["data"] == {"v": "2"}
+    assert (await client.live.get("v1", "ConfigMap", name="cm", namespace=namespace))["data"] == {
+        "v": "2"
+    }
     unversioned = configmap("cm", namespace, {"v": "4"})
     with pytest.raises(ValueError, match="resourceVersion"):
         await client.update(unversioned)
@@ -238,7 +291,7 @@ async def test_a_write_that_times_out_is_a_server_timeout_and_is_not_retried(
         assert timed_out.value.status == 0 and "outcome is unknown" in timed_out.value.message
         assert methods.count("POST") == 1, methods  # never blindly repeated
         with pytest.raises(ServerTimeoutError):
-            await client.live.get("v1", "ConfigMap", "maybe", namespace)
+            await client.live.get("v1", "ConfigMap", name="maybe", namespace=namespace)
 
 
 # -------------------------------------------------------------------------------- patches
@@ -268,7 +321,9 @@ async def test_merge_json_and_strategic_patches(client: Client, namespace: str) 
             patch_type="json",
         )
     assert failed.value.status == 422
-    assert (await client.live.get("v1", "ConfigMap", "cm", namespace))["data"]["a"] == "10"
+    assert (await client.live.get("v1", "ConfigMap", name="cm", namespace=namespace))["data"][
+        "a"
+    ] == "10"
 
     strategic = await client.patch(cm, {"data": {"d": "4"}}, patch_type="strategic")
     assert strategic["data"]["d"] == "4"
@@ -365,26 +420,28 @@ async def test_delete_with_preconditions_and_propagation(client: Client, namespa
         await client.delete(cm, preconditions={"resourceVersion": "1"})
     assert await client.delete(cm, preconditions={"uid": cm["metadata"]["uid"]}) is None
     with pytest.raises(NotFoundError):
-        await client.live.get("v1", "ConfigMap", "cm", namespace)
+        await client.live.get("v1", "ConfigMap", name="cm", namespace=namespace)
 
     # No garbage collector runs on this control plane, so the finalizers that foreground and
     # orphan deletion add stay, and the object is returned marked for deletion.
     for policy, finalizer in (("Foreground", "foregroundDeletion"), ("Orphan", "orphan")):
         parent = await client.create(configmap(f"parent-{finalizer.lower()}", namespace))
-        pending = await client.delete(parent, propagation_policy=policy)  # type: ignore[arg-type]
+        pending = await client.delete(parent, propagation_policy=policy)  # type: ignore[call-overload]
         assert pending is not None
         assert pending["metadata"]["deletionTimestamp"]
         assert finalizer in pending["metadata"]["finalizers"]
         # Release it by hand, as the garbage collector would.
         assert await client.patch(pending, {"metadata": {"finalizers": None}})
         with pytest.raises(NotFoundError):
-            await client.live.get("v1", "ConfigMap", parent["metadata"]["name"], namespace)
+            await client.live.get(
+                "v1", "ConfigMap", name=parent["metadata"]["name"], namespace=namespace
+            )
 
     background = await client.create(task("t", namespace, priority=1))
     assert await client.delete(background, propagation_policy="Background") is None
     dry = await client.create(configmap("kept", namespace))
     await client.delete(dry, dry_run=True)
-    assert await client.live.get("v1", "ConfigMap", "kept", namespace)
+    assert await client.live.get("v1", "ConfigMap", name="kept", namespace=namespace)
 
 
 async def test_delete_all_of_by_label(client: Client, namespace: str) -> None:
@@ -409,7 +466,7 @@ async def test_dry_run_create_persists_nothing(client: Client, namespace: str) -
     answer = await client.create(configmap("ghost", namespace), dry_run=True)
     assert answer["metadata"]["name"] == "ghost"
     with pytest.raises(NotFoundError):
-        await client.live.get("v1", "ConfigMap", "ghost", namespace)
+        await client.live.get("v1", "ConfigMap", name="ghost", namespace=namespace)
 
 
 # ---------------------------------------------------------------------- conflicts, for real
@@ -431,9 +488,9 @@ async def test_fifty_concurrent_writers_converge_through_the_conflict_helper(
             client.mutate_with_retry(
                 "v1",
                 "ConfigMap",
-                "counter",
-                namespace,
-                increment,
+                name="counter",
+                namespace=namespace,
+                mutate=increment,
                 steps=100,
                 base_delay=0.005,
                 factor=1.2,
@@ -443,7 +500,7 @@ async def test_fifty_concurrent_writers_converge_through_the_conflict_helper(
             for _ in range(50)
         )
     )
-    final = await client.live.get("v1", "ConfigMap", "counter", namespace)
+    final = await client.live.get("v1", "ConfigMap", name="counter", namespace=namespace)
     assert final["data"]["n"] == "50"
     # The writers really raced: some of them lost at least once and re-read.
     assert attempts > 50
@@ -521,20 +578,26 @@ async def test_read_own_writes_overlay_serves_the_write_before_the_cache_has_it(
 
             proxy.freeze()
             written = await overlaid.update({**created, "data": {"v": "2"}})
-            assert (await plain.get("v1", "ConfigMap", "cm", namespace))["data"] == {"v": "1"}
-            assert (await overlaid.get("v1", "ConfigMap", "cm", namespace))["data"] == {"v": "2"}
+            assert (await plain.get("v1", "ConfigMap", name="cm", namespace=namespace))["data"] == {
+                "v": "1"
+            }
+            assert (await overlaid.get("v1", "ConfigMap", name="cm", namespace=namespace))[
+                "data"
+            ] == {"v": "2"}
             await overlaid.delete(written)
             with pytest.raises(NotFoundError):
-                await overlaid.get("v1", "ConfigMap", "cm", namespace)
-            assert await plain.get("v1", "ConfigMap", "cm", namespace)  # the cache lags
+                await overlaid.get("v1", "ConfigMap", name="cm", namespace=namespace)
+            assert await plain.get(
+                "v1", "ConfigMap", name="cm", namespace=namespace
+            )  # the cache lags
 
             proxy.thaw()
             await asyncio.wait_for(gone.wait(), 30)
             assert len(overlaid._overlay or ()) == 1  # the tombstone, until the next read
             with pytest.raises(NotFoundError):
-                await plain.get("v1", "ConfigMap", "cm", namespace)
+                await plain.get("v1", "ConfigMap", name="cm", namespace=namespace)
             with pytest.raises(NotFoundError):
-                await overlaid.get("v1", "ConfigMap", "cm", namespace)
+                await overlaid.get("v1", "ConfigMap", name="cm", namespace=namespace)
             assert len(overlaid._overlay or ()) == 0
         finally:
             proxy.thaw()

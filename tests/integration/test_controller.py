@@ -183,7 +183,7 @@ async def test_reconciles_creates_updates_and_deletes(
 
     async def reconcile(request: Request) -> Result | None:
         try:
-            obj = cache.get(TASKS, "Task", request.name, request.namespace)
+            obj = cache.get(TASKS, "Task", request)
         except NotFoundError:
             seen.add(request, None)  # deleted: nothing to do, not an error
             return None
@@ -223,7 +223,7 @@ async def test_changes_to_owned_objects_trigger_their_owner(
 
     async def reconcile(request: Request) -> None:
         try:
-            obj = cache.get(TASKS, "Task", request.name, request.namespace)
+            obj = cache.get(TASKS, "Task", request)
         except NotFoundError:
             return
         owned = [
@@ -291,7 +291,7 @@ async def test_predicates_filter_events(
 
     async def reconcile(request: Request) -> None:
         try:
-            seen.add(request, cache.get(TASKS, "Task", request.name, request.namespace))
+            seen.add(request, cache.get(TASKS, "Task", request))
         except NotFoundError:
             seen.add(request, None)
 
@@ -383,7 +383,7 @@ async def test_no_key_is_reconciled_concurrently_under_a_flood_of_updates(
         in_flight.add(request.name)
         max_parallel = max(max_parallel, len(in_flight))
         try:
-            obj = cache.get(TASKS, "Task", request.name, request.namespace)
+            obj = cache.get(TASKS, "Task", request)
             await asyncio.sleep(0.005)  # the reconcile's "work": widens any overlap
             seen.add(request, obj)
         except NotFoundError:

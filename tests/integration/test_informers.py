@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -594,7 +595,9 @@ async def test_a_slow_handler_is_not_a_dead_connection_and_loses_no_event(
     """A coroutine handler with a one-slot buffer, far slower than the idle window: the reader
     waits on it for many idle windows. The idle timer must not fire (the server was not
     silent), and the handler must get every object."""
-    options = ReflectorOptions(watch_timeout_min=2, watch_timeout_max=3, idle_margin=0.2)
+    # Idle window 5-6 s (the margin leaves a loaded server 1 s to close at its timeout); the
+    # events queued behind the handler take ~8 s to hand over.
+    options = ReflectorOptions(watch_timeout_min=4, watch_timeout_max=5, idle_margin=1.0)
     informer = SharedInformer(
         transport,
         await Discovery(transport).resolve("v1", "ConfigMap"),
@@ -603,10 +606,10 @@ async def test_a_slow_handler_is_not_a_dead_connection_and_loses_no_event(
     )
     got: list[str] = []
     done = asyncio.Event()
-    names = [f"cm-{i:03d}" for i in range(40)]
+    names = [f"cm-{i:03d}" for i in range(80)]
 
     async def slow(delta: StoreDelta, initial: bool) -> None:
-        await asyncio.sleep(0.15)  # 40 events: ~6 s, two idle windows at least
+        await asyncio.sleep(0.1)  # a slow handler
         got.append(delta.key.split("/", 1)[1])
         if set(names) <= set(got):
             done.set()
@@ -760,3 +763,73 @@ async def test_uvloop_fd_error_on_a_watch_is_a_connection_failure_and_a_crash_is
             assert factory.unhealthy() == []
         finally:
             await factory.stop()
+
+
+@pytest.fixture
+async def opening_proxy(control_plane: ControlPlane) -> AsyncIterator[FaultProxy]:
+    """A fault proxy that terminates TLS (serving the API server's own certificate, calling
+    upstream as the admin), so that it can inject lines into watch responses."""
+    if use_existing_cluster():
+        pytest.skip("needs the local control plane's certificates")
+    pki = control_plane.workdir / "pki"
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(str(pki / "apiserver.crt"), str(pki / "apiserver.key"))
+    upstream = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    upstream.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    host, port = control_plane.server.removeprefix("https://").rsplit(":", 1)
+    p = await FaultProxy(host, int(port), tls=(serving, upstream)).start()
+    yield p
+    await p.stop()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (b'{"type":"ADDED","object":null}', ("informer_malformed_events_total", "what", "event")),
+        (
+            b'{"type":"MODIFIED","object":{"metadata":"text"}}',
+            ("informer_malformed_events_total", "what", "object"),
+        ),
+        (b'{"type":{"x":1},"object":{}}', ("informer_malformed_events_total", "what", "event")),
+        (b'{"type":"BOOKMARK","object":null}', ("informer_events_total", "type", "BOOKMARK")),
+        (
+            b'{"type":"ERROR","object":null}',
+            ("informer_relists_total", "reason", "watch failed (500)"),
+        ),
+        (b"\x00\xffnot json", ("informer_malformed_events_total", "what", "event")),
+    ],
+)
+async def test_a_malformed_line_on_a_real_watch_relists_and_the_informer_goes_on(
+    admin_config: ClusterConfig,
+    opening_proxy: FaultProxy,
+    transport: Transport,
+    namespace: str,
+    case: tuple[bytes, tuple[str, str, str]],
+) -> None:
+    """The line really reaches the reflector (the metric that names its fate moves), and the
+    informer goes on, on the same reflector task."""
+    resource = await Discovery(transport).resolve("v1", "ConfigMap")
+    label = resource.group_resource
+    line, (metric, key, value) = case
+    seen_before = sample(metric, resource=label, **{key: value})
+    async with Transport(_via(admin_config, opening_proxy)) as proxied:
+        informer = SharedInformer(proxied, resource, namespace=namespace)
+        recorder = Recorder()
+        informer.add_handler(recorder)
+        informer.start()
+        base = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            assert await informer.wait_for_sync(30)
+            task = informer._task
+            restarts = sample("informer_reflector_restarts_total", resource=label)
+            await transport.request("POST", base, body=configmap("before"))
+            await recorder.wait_for(named("before", "ADDED"))
+            await eventually(lambda: opening_proxy.inject_line(line) > 0, what="an open watch")
+            await transport.request("POST", base, body=configmap("after"))
+            await recorder.wait_for(named("after", "ADDED"), timeout=60)
+            assert f"{namespace}/before" in informer.store
+            assert informer._task is task and informer.healthy
+            assert sample("informer_reflector_restarts_total", resource=label) == restarts
+            assert sample(metric, resource=label, **{key: value}) > seen_before
+        finally:
+            await informer.stop()

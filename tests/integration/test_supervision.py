@@ -427,7 +427,11 @@ async def test_an_exception_that_reaches_the_event_loop_is_counted_and_logged(
     async with running(manager):
         await until(lambda: manager.is_leader, what="the manager leading")
         loop.call_soon(boom)
-        await until(lambda: failures("event-loop") == before + 1, what="the failure counted")
+        # At least: anything else that reaches the loop meanwhile is counted too.
+        await until(lambda: failures("event-loop") >= before + 1, what="the failure counted")
     logged = [r for r in caplog.records if r.exc_info and "injected" in str(r.exc_info[1])]
     assert logged, "asyncio's handler no longer logged it"
-    assert loop.get_exception_handler() is None  # put back as it was
+    # Still installed, exactly once, however many managers ran on this loop.
+    handler = loop.get_exception_handler()
+    assert handler is not None
+    assert not isinstance(getattr(handler, "previous", None), type(handler))

@@ -103,7 +103,7 @@ async def test_owner_references_are_stored_as_set(client: Client, namespace: str
     set_owner_reference(second, child, **flags)
     await client.create(child)
 
-    stored = await client.live.get("v1", "ConfigMap", "child", namespace)
+    stored = await client.live.get("v1", "ConfigMap", name="child", namespace=namespace)
     assert stored["metadata"]["ownerReferences"] == [
         {
             "apiVersion": TASKS,
@@ -163,7 +163,7 @@ async def test_finalizer_flow_from_delete_to_gone(
     ours, foreign = await asyncio.gather(
         ensure_finalizer(client, created, OURS), ensure_finalizer(client, created, FOREIGN)
     )
-    live = await client.live.get(TASKS, "Task", "doomed", namespace)
+    live = await client.live.get(TASKS, "Task", name="doomed", namespace=namespace)
     assert sorted(live["metadata"]["finalizers"]) == sorted([OURS, FOREIGN])
     assert OURS in ours["metadata"]["finalizers"]
     assert FOREIGN in foreign["metadata"]["finalizers"]
@@ -175,7 +175,7 @@ async def test_finalizer_flow_from_delete_to_gone(
     stale = await ensure_finalizer(client, live, TEMPORARY)
     await ensure_finalizer(client, stale, THIRD)
     await release_finalizer(client, stale, TEMPORARY)
-    live = await client.live.get(TASKS, "Task", "doomed", namespace)
+    live = await client.live.get(TASKS, "Task", name="doomed", namespace=namespace)
     assert sorted(live["metadata"]["finalizers"]) == sorted([OURS, FOREIGN, THIRD])
 
     deleting = await client.delete(live)
@@ -194,7 +194,7 @@ async def test_finalizer_flow_from_delete_to_gone(
     assert len(cleaned) == 1 and cleaned[0]["metadata"]["uid"] == created["metadata"]["uid"]
     assert outcome.obj is not None
     assert outcome.obj["metadata"]["finalizers"] == [FOREIGN]
-    live = await client.live.get(TASKS, "Task", "doomed", namespace)
+    live = await client.live.get(TASKS, "Task", name="doomed", namespace=namespace)
     assert live["metadata"]["finalizers"] == [FOREIGN]
 
     # Called again (a later reconcile): ours is gone, so no second cleanup.
@@ -218,7 +218,7 @@ async def test_finalizer_flow_from_delete_to_gone(
     # Each race above was noticed and the patch recomputed (not merely lucky ordering).
     assert sum("raced" in r.getMessage() for r in caplog.records) >= 3
     with pytest.raises(NotFoundError):
-        await client.live.get(TASKS, "Task", "doomed", namespace)
+        await client.live.get(TASKS, "Task", name="doomed", namespace=namespace)
 
 
 async def test_handle_finalization_adds_then_reports_unchanged(
@@ -244,7 +244,7 @@ async def test_handle_finalization_adds_then_reports_unchanged(
 
     with pytest.raises(RuntimeError, match="backend unavailable"):
         await handle_finalization(client, deleting, OURS, failing)
-    live = await client.live.get(TASKS, "Task", "kept", namespace)
+    live = await client.live.get(TASKS, "Task", name="kept", namespace=namespace)
     assert live["metadata"]["finalizers"] == [OURS]
     await release_finalizer(client, live, OURS)
 
@@ -259,7 +259,7 @@ async def test_finalizer_helpers_never_touch_a_recreated_object(
         await ensure_finalizer(client, old, OURS)
     outcome = await handle_finalization(client, old, OURS, cleanup=_unexpected_cleanup)
     assert outcome.action is FinalizeAction.SKIPPED and outcome.obj is None
-    live = await client.live.get(TASKS, "Task", "phoenix", namespace)
+    live = await client.live.get(TASKS, "Task", name="phoenix", namespace=namespace)
     assert live["metadata"]["uid"] == new["metadata"]["uid"]
     assert "finalizers" not in live["metadata"]
 
@@ -295,7 +295,7 @@ async def test_create_or_update_created_updated_unchanged(client: Client, namesp
 
     result, updated = await create_or_update(client, template, mutate_async)
     assert result is OperationResult.UPDATED
-    live = await client.live.get("v1", "ConfigMap", "settings", namespace)
+    live = await client.live.get("v1", "ConfigMap", name="settings", namespace=namespace)
     assert live["data"] == {"mode": "safe"}
     assert live["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]
 
@@ -355,7 +355,7 @@ async def test_create_or_patch_writes_the_difference_and_the_status(
         client, template, desired(1, False), optimistic_lock=True
     )
     assert result is OperationResult.UPDATED_STATUS
-    live = await client.live.get(TASKS, "Task", "patched", namespace)
+    live = await client.live.get(TASKS, "Task", name="patched", namespace=namespace)
     assert live["spec"]["priority"] == 1
     condition = get_condition(status_conditions(live), "Ready")
     assert condition is not None and condition["status"] == "False"
@@ -387,7 +387,7 @@ async def test_conditions_round_trip_through_the_status_subresource(
     }
 
     # Same status, new reason: the server keeps the old transition time.
-    live = await client.live.get(TASKS, "Task", "cond", namespace)
+    live = await client.live.get(TASKS, "Task", name="cond", namespace=namespace)
     changed = set_condition(
         status_conditions(live),
         "Ready",
@@ -412,7 +412,7 @@ async def test_conditions_round_trip_through_the_status_subresource(
         now=t0 + timedelta(hours=2),
     )
     await client.update_status(live)
-    live = await client.live.get(TASKS, "Task", "cond", namespace)
+    live = await client.live.get(TASKS, "Task", name="cond", namespace=namespace)
     stored = get_condition(status_conditions(live), "Ready")
     assert stored is not None and stored["status"] == "True"
     assert stored["lastTransitionTime"] == "2024-05-01T14:00:00Z"

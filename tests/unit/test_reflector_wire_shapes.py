@@ -34,16 +34,19 @@ FAST = dict(backoff_initial=0.01, backoff_cap=0.05)
 
 
 class _Content:
-    def __init__(self, queue: asyncio.Queue[bytes]) -> None:
+    def __init__(self, queue: asyncio.Queue[bytes], server: ScriptedServer) -> None:
         self._queue = queue
+        self._server = server
 
     async def readany(self) -> bytes:
+        if self._queue.empty():
+            self._server.take_failure("read")
         return await self._queue.get()
 
 
 class _Response:
-    def __init__(self, queue: asyncio.Queue[bytes]) -> None:
-        self.content = _Content(queue)
+    def __init__(self, queue: asyncio.Queue[bytes], server: ScriptedServer) -> None:
+        self.content = _Content(queue, server)
 
 
 class ScriptedServer:
@@ -55,6 +58,8 @@ class ScriptedServer:
         self.objects: dict[str, dict[str, Any]] = {}
         self.history: list[tuple[int, bytes]] = []
         self.watches: set[asyncio.Queue[bytes]] = set()
+        self.failed = asyncio.Event()
+        self._failure: tuple[str, BaseException] | None = None
         for name in names:
             self.write(name)
 
@@ -79,6 +84,17 @@ class ScriptedServer:
         for queue in self.watches:
             queue.put_nowait(line)
 
+    def fail_once(self, where: str, error: BaseException) -> None:
+        """Raise ``error`` from the next LIST (``"list"``) or watch read (``"read"``)."""
+        self._failure = (where, error)
+
+    def take_failure(self, where: str) -> None:
+        if self._failure is not None and self._failure[0] == where:
+            error = self._failure[1]
+            self._failure = None
+            self.failed.set()
+            raise error
+
     def inject(self, line: bytes) -> None:
         for queue in self.watches:
             queue.put_nowait(line + b"\n")
@@ -87,6 +103,7 @@ class ScriptedServer:
         self, method: str, path: str, *, params: Mapping[str, str] | None = None, **_: Any
     ) -> Response:
         assert method == "GET"
+        self.take_failure("list")
         body = {
             "metadata": {"resourceVersion": str(self.rv)},
             "items": [copy.deepcopy(o) for o in self.objects.values()],
@@ -116,7 +133,7 @@ class ScriptedServer:
                     queue.put_nowait(line)
         self.watches.add(queue)
         try:
-            yield _Response(queue)
+            yield _Response(queue, self)
         finally:
             self.watches.discard(queue)
 
@@ -303,5 +320,47 @@ def test_a_malformed_line_relists_and_is_counted() -> None:
         await _survives(b'{"type": "ADDED", "object": null}', streaming=False)
         assert malformed.value == before[0] + 1
         assert relists.value == before[1] + 1
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("on", ["list", "read"])
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("File descriptor 9 is used by transport"), OSError(113, "No route to host")],
+)
+def test_connection_errors_of_any_type_are_retried_never_fatal(
+    on: str, error: BaseException
+) -> None:
+    """uvloop's fd-reuse RuntimeError or a bare OSError from a LIST or from reading a watch:
+    a connection failure (backoff, retry), never the end of the reflector."""
+
+    async def scenario() -> None:
+        server = ScriptedServer(["a"])
+        server.fail_once(on, error)
+        informer = SharedInformer(
+            cast(Transport, server),
+            RESOURCE,
+            namespace=NAMESPACE,
+            options=ReflectorOptions(streaming_list=False, **FAST),  # type: ignore[arg-type]
+        )
+        changed = asyncio.Event()
+        informer.add_handler(lambda delta, initial: changed.set())
+        restarts = metrics.REFLECTOR_RESTARTS.labels(RESOURCE.group_resource)
+        before = restarts.value
+        informer.start()
+        try:
+            assert await informer.wait_for_sync(10)
+            async with asyncio.timeout(10):
+                await server.failed.wait()
+            server.write("a")
+            async with asyncio.timeout(10):
+                while not _converged(informer, server):
+                    changed.clear()
+                    await changed.wait()
+            assert restarts.value == before
+            assert informer.healthy
+        finally:
+            await informer.stop()
 
     asyncio.run(scenario())

@@ -273,7 +273,7 @@ async def test_a_backup_plan_creates_backups_on_schedule_and_prunes_them(
     assert names == [f"hourly-{int(first.timestamp() // 60)}"]
     backup_obj = (await backups())[names[0]]
     assert backup_obj["spec"]["storage"]["bucket"] == "db-backups"
-    live_plan = await kube.live.get(API_VERSION, BACKUP_PLAN, "hourly", namespace)
+    live_plan = await kube.live.get(API_VERSION, BACKUP_PLAN, name="hourly", namespace=namespace)
     assert live_plan["status"]["lastScheduleTime"] == _iso(first)
     assert live_plan["status"]["active"] == names
 
@@ -297,7 +297,7 @@ async def test_a_backup_plan_creates_backups_on_schedule_and_prunes_them(
     assert remaining == sorted(
         f"hourly-{int((first + timedelta(minutes=10 * s)).timestamp() // 60)}" for s in (2, 3)
     )
-    live_plan = await kube.live.get(API_VERSION, BACKUP_PLAN, "hourly", namespace)
+    live_plan = await kube.live.get(API_VERSION, BACKUP_PLAN, name="hourly", namespace=namespace)
     assert live_plan["status"]["active"] == []
     assert live_plan["status"]["lastSuccessfulTime"] == _iso(clock.now)
 

@@ -65,7 +65,7 @@ async def test_binding_credentials_log_in_and_deleting_it_drops_role_and_secret(
     )
     binding = await wait_for(transport, "ServiceBinding", namespace, "shop", is_ready)
     assert binding is not None and binding["status"]["binding"] == {"name": "shop-credentials"}
-    secret = await kube.live.get("v1", "Secret", "shop-credentials", namespace)
+    secret = await kube.live.get("v1", "Secret", name="shop-credentials", namespace=namespace)
     data = decode_secret(secret)
     role, password = data["username"], data["password"]
     assert role == binding["status"]["roleName"] and len(password) >= 32
@@ -86,7 +86,7 @@ async def test_binding_credentials_log_in_and_deleting_it_drops_role_and_secret(
         row = conn.execute("SELECT current_user, count(*) FROM orders").fetchone()
         assert row == (role, 1)
 
-    user = await kube.live.get(API_VERSION, "PostgresUser", "shop", namespace)
+    user = await kube.live.get(API_VERSION, "PostgresUser", name="shop", namespace=namespace)
     assert user["spec"]["roleName"] == role and is_ready(user)
 
     await kube.delete(binding)
@@ -99,7 +99,7 @@ async def test_binding_credentials_log_in_and_deleting_it_drops_role_and_secret(
         (API_VERSION, "PostgresUser", "shop"),
     ):
         with pytest.raises(NotFoundError):
-            await kube.live.get(api_version, kind, name, namespace)
+            await kube.live.get(api_version, kind, name=name, namespace=namespace)
     # The data the application wrote is kept (handed to the administrator).
     with psycopg.connect(**postgres_server.conninfo("shop")) as conn:  # type: ignore[arg-type]
         assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)
@@ -115,7 +115,7 @@ async def test_binding_credentials_log_in_and_deleting_it_drops_role_and_secret(
     events = await kube.live.list("events.k8s.io/v1", "Event", namespace=namespace)
     assert events and all(password not in repr(e) for e in events)
     assert password not in repr(
-        await kube.live.get(API_VERSION, "PostgresInstance", "db", namespace)
+        await kube.live.get(API_VERSION, "PostgresInstance", name="db", namespace=namespace)
     )
 
 

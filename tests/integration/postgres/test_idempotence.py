@@ -18,6 +18,7 @@ import pytest
 
 from controller_runtime.cache import Cache
 from controller_runtime.client import Client
+from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
 from controller_runtime.util import EventRecorder
 from controllers.postgres.api import API_VERSION, BINDING, INSTANCE, LABEL_BINDING, POLICY, USER
@@ -83,10 +84,18 @@ class LaggingClient(Client):
         return versions[-2] if len(versions) >= 2 else None
 
     async def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
     ) -> dict[str, Any]:
         if not self.lagging:
-            return await super().get(api_version, kind, name, namespace)
+            return await super().get(api_version, kind, key, name=name, namespace=namespace)
+        namespace, name = resolve_key(key, name, namespace, method="get")
         obj = self._lagged(kind, namespace, name)
         if obj is None:
             raise NotFoundError(404, "NotFound", f"{kind} {name} not found (lagging cache)")
@@ -188,7 +197,9 @@ async def test_repeated_and_stale_reconciles_keep_one_role_and_one_password(
             await touch(USER, "app")
         await step(users.reconcile, app)
         with contextlib.suppress(NotFoundError):
-            secret = await kube.live.get("v1", "Secret", "app-credentials", namespace)
+            secret = await kube.live.get(
+                "v1", "Secret", name="app-credentials", namespace=namespace
+            )
             passwords.add(decode_secret(secret)["password"])
     assert roles_like(postgres_server, role) == [role], "no progress while the cache lagged"
     # Then with a fresh cache, repeatedly: everything converges, nothing is duplicated.

@@ -86,7 +86,7 @@ async def test_the_version_policy_decides_which_versions_run(
     )
     assert condition(refused, "Ready")["status"] == "False"
     with pytest.raises(NotFoundError):
-        await kube.live.get("apps/v1", "StatefulSet", "pg", namespace)
+        await kube.live.get("apps/v1", "StatefulSet", name="pg", namespace=namespace)
 
     # Enabled: accepted and rendered.
     await set_policy(kube, {"14": True, "16": True})
@@ -115,12 +115,12 @@ async def test_the_version_policy_decides_which_versions_run(
         "keeps running, but cannot be newly chosen"
         in condition(running, "VersionAccepted")["message"]
     )
-    assert image_of(await kube.live.get("apps/v1", "StatefulSet", "pg", namespace)) == (
-        "postgres:14"
-    )
+    assert image_of(
+        await kube.live.get("apps/v1", "StatefulSet", name="pg", namespace=namespace)
+    ) == ("postgres:14")
 
     # A major change is refused (the old version keeps running) unless allowed.
-    pg = await kube.live.get(API_VERSION, "PostgresInstance", "pg", namespace)
+    pg = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
     await kube.patch(pg, {"spec": {"version": "16"}})
     refused = await wait_for(
         transport,
@@ -131,9 +131,9 @@ async def test_the_version_policy_decides_which_versions_run(
     )
     assert "allowMajorVersionUpgrade" in condition(refused, "VersionAccepted")["message"]
     assert condition(refused, "Degraded")["status"] == "True"
-    assert image_of(await kube.live.get("apps/v1", "StatefulSet", "pg", namespace)) == (
-        "postgres:14"
-    )
+    assert image_of(
+        await kube.live.get("apps/v1", "StatefulSet", name="pg", namespace=namespace)
+    ) == ("postgres:14")
     await kube.patch(pg, {"spec": {"allowMajorVersionUpgrade": True}})
     await wait_for(
         transport,
@@ -180,16 +180,16 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
     assert claim["resources"]["requests"]["storage"] == "2Gi"
     assert claim["storageClassName"] == "fast"
-    config = await kube.live.get("v1", "ConfigMap", "pg-config", namespace)
+    config = await kube.live.get("v1", "ConfigMap", name="pg-config", namespace=namespace)
     assert "max_connections = '200'" in config["data"]["postgresql.conf"]
     assert "synchronous_standby_names" not in config["data"]["postgresql.conf"]
     for service in ("pg-headless", "pg-primary"):
-        await kube.live.get("v1", "Service", service, namespace)
-    superuser = await kube.live.get("v1", "Secret", "pg-superuser", namespace)
+        await kube.live.get("v1", "Service", name=service, namespace=namespace)
+    superuser = await kube.live.get("v1", "Secret", name="pg-superuser", namespace=namespace)
     assert set(superuser["data"]) == {"username", "password", "replication-password"}
     with pytest.raises(NotFoundError):
-        await kube.live.get("policy/v1", "PodDisruptionBudget", "pg", namespace)
-    pending = await kube.live.get(API_VERSION, "PostgresInstance", "pg", namespace)
+        await kube.live.get("policy/v1", "PodDisruptionBudget", name="pg", namespace=namespace)
+    pending = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
     assert condition(pending, "Ready")["status"] == "False"
     assert pending["status"]["endpoint"] == {"host": f"pg-primary.{namespace}.svc", "port": 5432}
 
@@ -201,7 +201,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
 
     # 1 → 3, synchronous: replication settings, a PDB, and the config hash moves.
     first_hash = template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
-    pg = await kube.live.get(API_VERSION, "PostgresInstance", "pg", namespace)
+    pg = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
     await kube.patch(pg, {"spec": {"replicas": 3, "replication": {"mode": "sync"}}})
     sts = await wait_for(
         transport,
@@ -215,7 +215,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["PRIMARY_HOST"]["value"] == "pg-0.pg-headless"
     assert env["REPLICATION_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "pg-superuser"
-    config = await kube.live.get("v1", "ConfigMap", "pg-config", namespace)
+    config = await kube.live.get("v1", "ConfigMap", name="pg-config", namespace=namespace)
     conf = config["data"]["postgresql.conf"]
     assert "synchronous_standby_names = 'ANY 1 (*)'" in conf and "wal_level = 'replica'" in conf
     assert "pg_basebackup" in config["data"]["entrypoint.sh"]
@@ -240,7 +240,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
         ] not in (first_hash, second_hash)
 
     sts = await wait_for(transport, "statefulsets", namespace, "pg", rolled, api="apps/v1")
-    config = await kube.live.get("v1", "ConfigMap", "pg-config", namespace)
+    config = await kube.live.get("v1", "ConfigMap", name="pg-config", namespace=namespace)
     assert "work_mem = '8MB'" in config["data"]["postgresql.conf"]
 
     # Back to 1: the PDB goes.
@@ -264,7 +264,9 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     await kube.delete(pg)
     await wait_for(transport, "PostgresInstance", namespace, "pg", lambda o: o is None)
     try:
-        left = await kube.live.get("v1", "PersistentVolumeClaim", "data-pg-0", namespace)
+        left = await kube.live.get(
+            "v1", "PersistentVolumeClaim", name="data-pg-0", namespace=namespace
+        )
     except NotFoundError:
         return
     # pvc-protection keeps it until no pod uses it (no controller-manager here to say so).

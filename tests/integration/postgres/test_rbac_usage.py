@@ -270,9 +270,9 @@ async def postgres_scenario(
 
     # A Secret edited by hand is repaired at the binding's next reconcile (an instance
     # change triggers one).
-    credentials = await kube.live.get("v1", "Secret", "app-credentials", namespace)
+    credentials = await kube.live.get("v1", "Secret", name="app-credentials", namespace=namespace)
     await kube.patch(credentials, {"stringData": {"host": "wrong.example"}})
-    db = await kube.live.get(API_VERSION, "PostgresInstance", "db", namespace)
+    db = await kube.live.get(API_VERSION, "PostgresInstance", name="db", namespace=namespace)
     await kube.patch(db, {"metadata": {"labels": {"touched": "yes"}}})
     await get(
         "secrets",
@@ -324,7 +324,7 @@ async def postgres_scenario(
     )
     await succeed(kube, await get("jobs", "pg-restore", lambda o: o is not None, "batch/v1"))
     await get("PostgresInstance", "pg", ready)
-    pg = await kube.live.get(API_VERSION, "PostgresInstance", "pg", namespace)
+    pg = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
     await kube.patch(pg, {"spec": {"replicas": 1}})
     await get("poddisruptionbudgets", "pg", lambda o: o is None, "policy/v1")
 
