@@ -16,11 +16,11 @@ from controller_runtime import (
     LeaderElectionLostError,
     Manager,
     ManagerOptions,
+    ShardRingConfig,
     UnknownKindError,
     load_config,
     run_until_signalled,
 )
-from controller_runtime.sharding import ShardRingConfig
 from controllers.cli import OperatorSettings
 from controllers.postgres import (
     setup_backup_controller,

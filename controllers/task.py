@@ -29,9 +29,9 @@ from controller_runtime import (
     NotFoundError,
     Request,
     Result,
+    ShardedController,
     set_condition,
 )
-from controller_runtime.sharded_controller import ShardedController
 
 TASK_API_VERSION = "tasks.crpy.io/v1"
 TASK_KIND = "Task"
