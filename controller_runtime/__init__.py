@@ -94,6 +94,8 @@ from controller_runtime.reconcile import (
     TerminalError,
     current_reconcile,
 )
+from controller_runtime.sharded_controller import ShardedController
+from controller_runtime.sharding import ShardRing, ShardRingConfig
 from controller_runtime.util import (
     AlreadyOwnedError,
     ClusterScopedDependentError,
@@ -214,6 +216,9 @@ __all__ = [
     "Result",
     "ServerTimeoutError",
     "ServiceUnavailableError",
+    "ShardRing",
+    "ShardRingConfig",
+    "ShardedController",
     "StoreDelta",
     "TerminalError",
     "TextFormatter",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Protocol, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Protocol, Self, TypedDict, Unpack
 
 from controller_runtime.cache import Cache, KindInformers
 from controller_runtime.controller import Controller, ControllerOptions, _check_name
@@ -38,6 +38,10 @@ from controller_runtime.handlers import (
 from controller_runtime.predicates import PredicateLike
 from controller_runtime.ratelimiter import RateLimiter
 from controller_runtime.reconcile import ConsistencyGuard, ReconcileFunc, Reconciler, Request
+
+if TYPE_CHECKING:
+    from controller_runtime.sharded_controller import ShardedController
+    from controller_runtime.sharding import ShardRing
 
 __all__ = ["ControllerBuilder", "ControllerHost", "GuardFactory", "OptionChanges"]
 
@@ -228,6 +232,62 @@ class ControllerBuilder:
         if self._host is not None:
             self._host.add(controller)
         return controller
+
+    async def complete_sharded(
+        self, reconciler: ReconcileFunc | Reconciler, *, ring: ShardRing | None = None
+    ) -> ShardedController:
+        """Build the controller sharded over ``ring`` (default: the host's, i.e. the manager's
+        ``ManagerOptions.shard_ring``): this replica reconciles only the ``for_`` objects of
+        the slots the ring gives it, with one informer and one work queue per slot (see
+        :mod:`controller_runtime.sharding` for the guarantees). The ring starts and stops it.
+
+        Only ``for_`` (with predicates and event filters) is supported: secondary watches
+        (``owns``/``watches``) would enqueue objects of other replicas' slots, so they raise
+        ``ValueError`` for now. The kind must not also be cached unsharded.
+        """
+        from controller_runtime.sharded_controller import (  # noqa: PLC0415 (import cycle)
+            ShardedController,
+            ShardedKindInformers,
+        )
+
+        if self._built:
+            raise RuntimeError("this builder already built its controller; use a new one")
+        main = self._for
+        if main is None:
+            raise ValueError("a sharded controller needs for_(...): the kind it shards")
+        if self._watches:
+            raise ValueError(
+                "a sharded controller supports for_() only: owns()/watches() would see "
+                "objects of every shard; shard by namespace and scope those watches yourself, "
+                "or keep that controller leader-elected"
+            )
+        ring = ring or getattr(self._host, "shard_ring", None)
+        if ring is None:
+            raise ValueError(
+                "no shard ring: set ManagerOptions(shard_ring=ShardRingConfig(...)) or pass "
+                "ring=ShardRing(...)"
+            )
+        name = self._name or main.kind.lower()
+        if not self._options.skip_name_validation:
+            _check_name(name)
+        resource = await self._cache.discovery.resolve(main.api_version, main.kind)
+        entry = ShardedKindInformers(resource)
+        self._cache.attach(main.api_version, main.kind, entry)
+        sharded = ShardedController(
+            name,
+            reconciler,
+            ring=ring,
+            cache=self._cache,
+            entry=entry,
+            api_version=main.api_version,
+            kind=main.kind,
+            predicates=[*self._filters, *main.predicates],
+            options=self._options,
+            guard_factory=self._guard_factory,
+        )
+        ring.add_listener(sharded)
+        self._built = True
+        return sharded
 
     def _register(
         self,

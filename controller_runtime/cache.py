@@ -80,6 +80,12 @@ class KindInformers:
         informer = self.informer_for(namespace if self.resource.namespaced else None)
         return [informer.store] if informer is not None else []
 
+    def informers_for(self, namespace: str | None) -> list[SharedInformer]:
+        """Informers to list ``namespace`` from (``None``: all of them)."""
+        if namespace is None or not self.resource.namespaced:
+            return list(self.informers.values())
+        return [i for i in [self.informer_for(namespace)] if i is not None]
+
     def add_handler(self, handler: EventHandler) -> list[Registration]:
         return [i.add_handler(handler) for i in self.informers.values()]
 
@@ -143,6 +149,17 @@ class Cache:
                 )
             self._kinds[key] = entry
             return entry
+
+    def attach(self, api_version: str, kind: str, entry: KindInformers) -> None:
+        """Serve reads of ``kind`` from ``entry``, whose informers someone else manages (a
+        sharded controller's slots). Raises ``ValueError`` if the kind is watched already."""
+        key = (api_version, kind)
+        if key in self._kinds:
+            raise ValueError(
+                f"{kind} ({api_version}) is already cached; a sharded controller needs its "
+                "kind to be cached by its shards only (do not also watch it unsharded)"
+            )
+        self._kinds[key] = entry
 
     def watched(self, api_version: str, kind: str) -> KindInformers | None:
         return self._kinds.get((api_version, kind))
@@ -213,12 +230,8 @@ class Cache:
             if isinstance(label_selector, str)
             else label_selector
         )
-        if namespace is not None and entry.resource.namespaced:
-            informers = [i for i in [entry.informer_for(namespace)] if i is not None]
-        else:
-            informers = list(entry.informers.values())
         out: list[dict[str, Any]] = []
-        for informer in informers:
+        for informer in entry.informers_for(namespace):
             out.extend(
                 informer.store.list(
                     namespace=namespace if entry.resource.namespaced else None, selector=selector

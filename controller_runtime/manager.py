@@ -71,6 +71,7 @@ from controller_runtime.leaderelection import (
     LeaderElector,
 )
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
+from controller_runtime.sharding import ShardRing, ShardRingConfig
 from informers import metrics as informer_metrics
 from informers.shared import InformerFactory
 from kubeclient.config import ClusterConfig
@@ -108,11 +109,15 @@ class ManagerOptions:
     ``namespaces``: restrict namespaced kinds to these (``None``: all namespaces).
     ``by_object``: per-kind cache scope and selectors. ``leader_election``: ``None`` to run
     without. ``read_your_writes``: the per-controller consistency guard (on by default).
+    ``shard_ring``: join this ring of replicas, for controllers built with
+    ``complete_sharded`` (``None``: no sharding); leader election may be on beside it for
+    the unsharded controllers.
     """
 
     namespaces: Sequence[str] | None = None
     by_object: dict[KindKey, ByObject] = field(default_factory=dict)
     leader_election: LeaderElectionConfig | None = None
+    shard_ring: ShardRingConfig | None = None
     metrics_bind_address: str | None = "127.0.0.1:8080"
     health_probe_bind_address: str | None = "127.0.0.1:8081"
     graceful_shutdown_timeout: float = 30.0
@@ -151,6 +156,13 @@ class Manager:
             "informers-synced": lambda: self._synced,
             "informers-healthy": lambda: not self.factory.unhealthy(),
         }
+        self.shard_ring: ShardRing | None = None
+        if options.shard_ring is not None:
+            self.shard_ring = ShardRing(self.transport, options.shard_ring)
+            self.runnables.append(self.shard_ring)
+            self._readyz["shards-synced"] = lambda: (
+                self.shard_ring is None or (self.shard_ring.has_synced)
+            )
         self._synced = False
         self._stop = asyncio.Event()
         self._runners: list[web.AppRunner] = []
@@ -299,8 +311,11 @@ class Manager:
         step still runs."""
         for controller in self.controllers:
             await _logged(f"stopping controller {controller.name!r}", controller.stop(0))
+        # A graceful stop lets runnables that run without leadership (a shard ring) drain.
+        drain = self.options.graceful_shutdown_timeout if self.stopping else 0
         for runnable in self.runnables:
-            await _logged(f"stopping runnable {runnable!r}", runnable.stop(0))
+            timeout = 0 if runnable.need_leader_election else drain
+            await _logged(f"stopping runnable {runnable!r}", runnable.stop(timeout))
         await _logged("stopping the informers", self.cache.stop())
         for task in self._server_tasks:
             task.cancel()

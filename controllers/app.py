@@ -16,6 +16,7 @@ from controller_runtime import (
     LeaderElectionLostError,
     Manager,
     ManagerOptions,
+    ShardRingConfig,
     UnknownKindError,
     load_config,
     run_until_signalled,
@@ -28,7 +29,7 @@ from controllers.postgres import (
     setup_plan_controller,
     setup_user_controller,
 )
-from controllers.task import setup_task_controller
+from controllers.task import setup_sharded_task_controller, setup_task_controller
 
 log = logging.getLogger("controllers")
 
@@ -36,7 +37,9 @@ Setup = Callable[[Manager, ControllerOptions], Awaitable[object]]
 
 
 async def _task(manager: Manager, options: ControllerOptions) -> object:
-    # The builder hands the controller to the manager (manager.add) itself.
+    # The builder hands the controller to the manager (manager.add), or to the shard ring.
+    if manager.shard_ring is not None:
+        return await setup_sharded_task_controller(manager, manager.client, options=options)
     return await setup_task_controller(manager, manager.client, options=options)
 
 
@@ -90,11 +93,22 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
         )
+    ring = None
+    if settings.shard_ring:
+        ring = ShardRingConfig(
+            name=settings.shard_ring,
+            namespace=_lease_namespace(settings, config),
+            slots=settings.shard_slots,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_period=settings.retry_period,
+        )
     return Manager(
         config,
         ManagerOptions(
             namespaces=settings.namespaces or None,
             leader_election=election,
+            shard_ring=ring,
             metrics_bind_address=settings.metrics_bind_address,
             health_probe_bind_address=settings.health_probe_bind_address,
             graceful_shutdown_timeout=settings.graceful_shutdown_timeout,
@@ -152,6 +166,8 @@ async def run_operator(settings: OperatorSettings) -> int:
         ", ".join(settings.namespaces) or "all",
         "on" if settings.leader_elect else "off",
     )
+    if settings.shard_ring:
+        log.info("Task controller sharded over ring %s", settings.shard_ring)
     try:
         await run_until_signalled(manager)
     except OSError as err:

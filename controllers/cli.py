@@ -35,6 +35,8 @@ class OperatorSettings:
     leader_elect: bool = False
     leader_election_namespace: str | None = None
     leader_election_id: str = "controller-runtime-py-operator"
+    shard_ring: str | None = None
+    shard_slots: int = 16
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
@@ -116,6 +118,21 @@ def parser(
     election.add_argument(
         "--retry-period", type=_seconds, default=2.0, help="seconds (default: %(default)s)"
     )
+    sharding = p.add_argument_group("sharding (horizontal scale-out; see docs/scaling.md)")
+    sharding.add_argument(
+        "--shard-ring",
+        metavar="NAME",
+        help="run the Task controller sharded: join the ring NAME of replicas (one Lease per "
+        "replica in the leader-election namespace, same timings) and reconcile only this "
+        "replica's share of the Tasks; the other controllers stay as they are (leader-elected "
+        "with --leader-elect). Default: no sharding",
+    )
+    sharding.add_argument(
+        "--shard-slots",
+        type=_positive,
+        default=16,
+        help="slots the hash space is cut into; the same on every replica (default: %(default)s)",
+    )
     serving = p.add_argument_group("endpoints")
     serving.add_argument(
         "--metrics-bind-address",
@@ -189,9 +206,8 @@ def settings_from(
             f"choose from {', '.join(KNOWN_CONTROLLERS)}"
         )
     if (
-        args.leader_elect
-        and not args.lease_duration > args.renew_deadline > 1.2 * args.retry_period
-    ):
+        args.leader_elect or args.shard_ring
+    ) and not args.lease_duration > args.renew_deadline > 1.2 * args.retry_period:
         p.error("need --lease-duration > --renew-deadline > 1.2 x --retry-period")
     return OperatorSettings(
         kubeconfig=args.kubeconfig,
@@ -200,6 +216,8 @@ def settings_from(
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace,
         leader_election_id=args.leader_election_id,
+        shard_ring=args.shard_ring,
+        shard_slots=args.shard_slots,
         lease_duration=args.lease_duration,
         renew_deadline=args.renew_deadline,
         retry_period=args.retry_period,

@@ -29,6 +29,7 @@ from controller_runtime import (
     NotFoundError,
     Request,
     Result,
+    ShardedController,
     set_condition,
 )
 
@@ -109,6 +110,15 @@ class TaskReconciler:
         return Result(requeue_after=wake_in) if wake_in is not None else None
 
 
+def _task_builder(host: ControllerHost, options: ControllerOptions | None) -> ControllerBuilder:
+    return (
+        ControllerBuilder(host)
+        .named("task")
+        .for_(TASK_API_VERSION, TASK_KIND, predicates=[GenerationChanged()])
+        .with_options(options)
+    )
+
+
 async def setup_task_controller(
     host: ControllerHost,
     client: Client,
@@ -118,11 +128,16 @@ async def setup_task_controller(
 ) -> Controller:
     """Build the Task controller on ``host`` (a manager): watch Tasks, reconcile on spec
     changes (``GenerationChanged``: its own status writes do not trigger it again)."""
-    reconciler = TaskReconciler(client, clock=clock)
-    return await (
-        ControllerBuilder(host)
-        .named("task")
-        .for_(TASK_API_VERSION, TASK_KIND, predicates=[GenerationChanged()])
-        .with_options(options)
-        .complete(reconciler)
-    )
+    return await _task_builder(host, options).complete(TaskReconciler(client, clock=clock))
+
+
+async def setup_sharded_task_controller(
+    host: ControllerHost,
+    client: Client,
+    *,
+    options: ControllerOptions | None = None,
+    clock: Clock = utcnow,
+) -> ShardedController:
+    """The Task controller sharded over the manager's ring (``ManagerOptions.shard_ring``):
+    each replica reconciles the Tasks of the slots it owns."""
+    return await _task_builder(host, options).complete_sharded(TaskReconciler(client, clock=clock))

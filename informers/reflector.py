@@ -67,6 +67,7 @@ from informers.reflector_machine import (
     WatchRequest,
     WatchRestarted,
 )
+from informers.sharding import ShardFilter, ShardSelector
 from informers.store import ADDED, EventType, Prepared, Store, StoreDelta, split_uid_change
 from kubeclient.discovery import ResourceInfo
 from kubeclient.errors import ApiError
@@ -119,6 +120,9 @@ class Reflector:
     ``"spec.priority=3"``; CRD ``selectableFields`` work as field selectors). ``transform``
     defaults to :func:`strip_managed_fields`; pass ``None`` to keep objects whole.
     ``metadata_only`` asks the server for PartialObjectMetadata (no spec, no status).
+    ``shard_selector`` adds ``shardSelector`` to every list and watch and drops, on the client,
+    any object outside it (see :mod:`informers.sharding`): the store holds only the shard
+    whether or not the server filtered.
     """
 
     def __init__(
@@ -136,6 +140,7 @@ class Reflector:
         sink: DeltaSink | None = None,
         on_synced: Callable[[], Awaitable[None]] | None = None,
         rng: random.Random | None = None,
+        shard_selector: ShardSelector | None = None,
     ) -> None:
         self.transport = transport
         self.resource = resource
@@ -151,6 +156,10 @@ class Reflector:
         self.synced = asyncio.Event()
         self._path = resource.path(namespace)
         self._selectors = selector_params(label_selector, field_selector)
+        self.shard_filter: ShardFilter | None = None
+        if shard_selector is not None:
+            self._selectors["shardSelector"] = shard_selector.wire
+            self.shard_filter = ShardFilter(shard_selector, resource.group_resource)
         if metadata_only:
             self._item_api_version, self._item_kind = "meta.k8s.io/v1", "PartialObjectMetadata"
         else:
@@ -235,8 +244,11 @@ class Reflector:
 
         Objects buffered for an atomic swap (list pages, a streaming list) keep only their
         bytes; ``keep_object`` keeps the dict for a live event, whose handlers read it anyway.
+        An object outside the shard selector is dropped here (``None``).
         """
         try:
+            if self.shard_filter is not None and not self.shard_filter.accept(obj):
+                return None
             if self.transform is not None:
                 obj = self.transform(obj)
             prepared = self.store.prepare(obj)

@@ -44,6 +44,7 @@ from typing import Any
 from informers import metrics
 from informers.reflector import Reflector, Transform, strip_managed_fields
 from informers.reflector_machine import ReflectorOptions
+from informers.sharding import ShardSelector
 from informers.store import ADDED, IndexFunc, Store, StoreDelta
 from kubeclient.discovery import Discovery, ResourceInfo
 from kubeclient.transport import Transport
@@ -166,6 +167,7 @@ class InformerKey:
     label_selector: str | None = None
     field_selector: str | None = None
     metadata_only: bool = False
+    shard_selector: ShardSelector | None = None
 
 
 @dataclass
@@ -181,6 +183,7 @@ class SharedInformer:
     transform: Transform | None = strip_managed_fields
     indexers: Mapping[str, IndexFunc] | None = None
     options: ReflectorOptions | None = None
+    shard_selector: ShardSelector | None = None
     store: Store = field(init=False)
     reflector: Reflector = field(init=False)
     _registrations: set[Registration] = field(init=False, default_factory=set)
@@ -201,6 +204,7 @@ class SharedInformer:
             options=self.options,
             sink=self._dispatch,
             on_synced=self._on_synced,
+            shard_selector=self.shard_selector,
         )
         self._errors = metrics.HANDLER_ERRORS.labels(self.resource.group_resource)
         self._restarts = metrics.REFLECTOR_RESTARTS.labels(self.resource.group_resource)
@@ -343,8 +347,12 @@ class InformerFactory:
         metadata_only: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
         start: bool = True,
+        shard_selector: ShardSelector | None = None,
     ) -> SharedInformer:
         """The shared informer for this kind and scope, created (and started) on first use.
+
+        ``shard_selector`` limits it to one shard of the objects (see
+        :mod:`informers.sharding`); informers of different shards are different informers.
 
         ``indexers`` only take effect for the call that creates the informer; a later call
         asking for an index the existing informer lacks raises ``ValueError``.
@@ -357,6 +365,7 @@ class InformerFactory:
             label_selector or None,
             field_selector or None,
             metadata_only,
+            shard_selector,
         )
         informer = self._informers.get(key)
         if informer is None:
@@ -370,6 +379,7 @@ class InformerFactory:
                 transform=self.transform,
                 indexers=indexers,
                 options=self.options,
+                shard_selector=shard_selector,
             )
             self._informers[key] = informer
         elif indexers:
@@ -388,6 +398,13 @@ class InformerFactory:
 
     def find(self, key: InformerKey) -> SharedInformer | None:
         return self._informers.get(key)
+
+    async def discard(self, informer: SharedInformer) -> None:
+        """Stop ``informer`` and forget it (a later :meth:`informer` call makes a new one)."""
+        for key, known in list(self._informers.items()):
+            if known is informer:
+                del self._informers[key]
+        await informer.stop()
 
     def unhealthy(self) -> list[SharedInformer]:
         """The started informers that are not :attr:`~SharedInformer.healthy` (not synced

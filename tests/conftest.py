@@ -29,6 +29,9 @@ from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
 from kubeclient.transport import Transport
 
+TEST_FEATURE_GATES = {"ShardedListAndWatch": True}
+"""Alpha gates the suite's control plane turns on (sharded list and watch, KEP-5866)."""
+
 _LOAD_TOLERANT = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
@@ -45,8 +48,20 @@ collect_ignore = [] if os.environ.get("CRPY_E2E") else ["e2e"]
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver (or USE_EXISTING_CLUSTER's cluster) with the CRDs installed."""
-    with ControlPlane() as plane:
+    """etcd + kube-apiserver (or USE_EXISTING_CLUSTER's cluster) with the CRDs installed and
+    :data:`TEST_FEATURE_GATES` on."""
+    with ControlPlane(feature_gates=TEST_FEATURE_GATES) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def gates_off_plane() -> Iterator[ControlPlane]:
+    """A second local control plane with ``ShardedListAndWatch`` off: the server ignores
+    ``shardSelector``, so sharded informers must filter on the client. Started only when a
+    test asks."""
+    if use_existing_cluster():
+        pytest.skip("needs a local control plane with its own feature gates")
+    with ControlPlane(feature_gates={"ShardedListAndWatch": False}) as plane:
         yield plane
 
 

@@ -64,7 +64,23 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a one-node cluster (kubelet, containerd, ...) that runs Pods; needs root",
     )
+    run.add_argument(
+        "--feature-gate",
+        dest="feature_gates",
+        action="append",
+        type=_gate,
+        default=[],
+        metavar="NAME=true|false",
+        help="an API server feature gate, e.g. ShardedListAndWatch=true (repeatable)",
+    )
     return parser
+
+
+def _gate(text: str) -> tuple[str, bool]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or value.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected NAME=true or NAME=false, got {text!r}")
+    return name, value.lower() == "true"
 
 
 def wait_for_signal() -> None:
@@ -114,7 +130,10 @@ def run_node(crds: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run" and args.node and args.feature_gates:
+        parser.error("--feature-gate is not supported with --node yet")
     try:
         if args.command == "build":
             binaries = find_binaries()
@@ -126,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.node:
             return run_node(args.crds)
         started = time.monotonic()
-        with ControlPlane(crd_directory=args.crds) as plane:
+        gates = dict(args.feature_gates)
+        with ControlPlane(crd_directory=args.crds, feature_gates=gates) as plane:
             print(f"local control plane ready in {time.monotonic() - started:.1f}s")
             print_access(plane)
             print("Ctrl-C stops it.", flush=True)

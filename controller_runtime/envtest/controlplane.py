@@ -73,6 +73,14 @@ def use_existing_cluster() -> bool:
     return os.environ.get("USE_EXISTING_CLUSTER", "").lower() in ("1", "true", "yes")
 
 
+def feature_gate_args(gates: Mapping[str, bool]) -> dict[str, str]:
+    """``{"--feature-gates": "A=true,B=false"}`` for ``gates`` (empty for no gates)."""
+    if not gates:
+        return {}
+    text = ",".join(f"{name}={'true' if on else 'false'}" for name, on in sorted(gates.items()))
+    return {"--feature-gates": text}
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -150,10 +158,14 @@ class ControlPlane:
 
     Defaults: start timeout 60 s; the API server's own flags as envtest sets them, plus
     ``extra_apiserver_args`` (``{"--flag": "value"}``) which win over the defaults.
+    ``feature_gates`` (``{"ShardedListAndWatch": True}``) become ``--feature-gates``
+    (an explicit ``--feature-gates`` in ``extra_apiserver_args`` wins); they are ignored for
+    an existing cluster, whose gates are what they are.
     """
 
     crd_directory: Path | None = DEFAULT_CRD_DIRECTORY
     extra_apiserver_args: Mapping[str, str] = field(default_factory=dict)
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
     start_timeout: float = 60.0
     existing_cluster: bool = field(default_factory=use_existing_cluster)
     binaries: Binaries | None = None
@@ -295,6 +307,7 @@ class ControlPlane:
             "--profiling": "false",
             "--v": "1",
             **(self._node_args(pki) if self.node_address else {}),
+            **feature_gate_args(self.feature_gates),
             **self.extra_apiserver_args,
         }
         self._apiserver = _Process(

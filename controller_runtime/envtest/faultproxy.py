@@ -128,6 +128,8 @@ class FaultProxy:
         self.latency = 0.0
         self.connections_accepted = 0
         self.cuts = 0
+        self.bytes_to_client = 0
+        """Bytes passed from the server to clients, over every connection so far."""
         self._links: set[_Link] = set()
         self._flowing = asyncio.Event()
         self._flowing.set()
@@ -258,6 +260,7 @@ class FaultProxy:
                     link.budget -= len(data)
                 if downstream:
                     link.downstream_bytes += len(data)
+                    self.bytes_to_client += len(data)
                     if link.http is not None:
                         link.http.feed(data)
                     if self.latency > 0:

@@ -34,8 +34,9 @@ from tests.rbac_usage import (
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
-NOT_INSTALLED = ("examples",)
-"""Directories of manifests/ that the kustomization does not install."""
+NOT_INSTALLED = ("examples", "sharded")
+"""Directories of manifests/ that the kustomization does not install (sharded/ is a variant
+applied on top, checked in test_manifests_sharded.py)."""
 SCHEMA_VERSION = ".".join(KUBERNETES_VERSION.split(".")[:2])
 
 Doc = dict[str, Any]

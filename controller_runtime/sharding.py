@@ -1,0 +1,593 @@
+"""Sharded controllers: a ring of replicas over Leases, each reconciling its own slice of the
+objects, with a handover that never lets two replicas reconcile one object at once.
+
+**Slots.** The 64-bit hash space of ``metadata.uid`` (or ``metadata.namespace``) is cut into
+``slots`` equal ranges (16 by default). A slot is the unit of ownership and handover: each
+owned slot gets its own informer, asking the API server for that range only
+(:mod:`informers.sharding`), and its own work queue and workers.
+
+**Membership.** Each replica holds one Lease of its own, ``<ring>-<hash of identity>``, in
+the ring's namespace, labelled ``crpy.io/shard-ring=<ring>``, renewed every retry period
+like leader election (same timings and validation: lease 15 s, renew deadline 10 s,
+retry 2 s). A member is live while its Lease has a holder and has changed (judged by its
+resourceVersion, on this process's clock) within its lease duration.
+
+**Division: bounded-load rendezvous hashing over slots** (:func:`assign_slots`). Every
+(member, slot) pair gets a score (BLAKE2b of both); pairs are taken best score first, a slot
+going to the first member that still has room under its quota (``slots // members``, one more
+for the first ``slots % members`` members in sorted order). Why: the result depends only on
+the set of live members (every replica computes the same answer without talking), it is
+balanced to one slot, and a join or leave moves few slots beyond the ones that must move
+(the tests measure it), where equal contiguous ranges over sorted members would move about
+half of the space on every change.
+
+**Handover.** Each replica records the slots it *claims* in its Lease (annotation
+``crpy.io/shard-claims``). It works on a slot only while claiming it, and:
+
+* *losing* a slot: it stops taking work for the slot, lets in-flight reconciles finish for up
+  to ``drain_timeout`` and cancels the rest, stops the slot's informer, and only then writes
+  its claims without the slot;
+* *gaining* a slot: it claims it only when no live member claims it (a member whose Lease
+  expired counts as gone), writes the claim, lists the ring again with a consistent read, and
+  starts the slot only if still no other live member claims it (else it withdraws). Of two
+  replicas racing for a slot, the later writer always sees the earlier claim; at worst both
+  withdraw and retry a period later;
+* *cut off* from the API server: when no renewal has succeeded for ``renew_deadline``
+  (counted from when the last successful renewal was *sent*), the replica cancels every
+  in-flight reconcile and drops all its slots by itself. Its Lease expires for the others only
+  ``lease_duration`` after they last saw it change, which is later, so they never start a slot
+  it may still be working on.
+
+Caveats (the same as leader election's): this is not fencing. A write sent just before a
+replica stopped may reach the server after another replica began; make writes conditional
+(resourceVersion) and effects idempotent. Clocks may be skewed but must run at about the same
+rate. Every replica of a ring must use the same ``slots`` and shard field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import aiohttp
+
+from controller_runtime.leaderelection import (
+    JITTER,
+    LeaderElectionConfig,
+    _micro_time,
+    default_identity,
+)
+from controller_runtime.metrics import TASK_FAILURES
+from controller_runtime.shard_metrics import ring_metrics
+from informers.sharding import HashRange, ShardField, ShardSelector, split_hash_space
+from kubeclient.errors import ApiError, NotFoundError
+from kubeclient.transport import Transport
+
+__all__ = [
+    "CLAIMS_ANNOTATION",
+    "RING_LABEL",
+    "ShardRing",
+    "ShardRingConfig",
+    "SlotListener",
+    "assign_slots",
+    "slot_selector",
+]
+
+log = logging.getLogger(__name__)
+
+_EXPECTED = (ApiError, TimeoutError, OSError, aiohttp.ClientError)
+"""Failures of a renewal or a listing that the network or the server explain."""
+
+RING_LABEL: Final = "crpy.io/shard-ring"
+"""Label on every member Lease: the ring's name."""
+CLAIMS_ANNOTATION: Final = "crpy.io/shard-claims"
+"""Annotation on a member Lease: the slots it claims, comma-separated (``""``: none)."""
+SLOTS_ANNOTATION: Final = "crpy.io/shard-slots"
+"""Annotation on a member Lease: how many slots the member divides the hash space into."""
+
+
+@dataclass(frozen=True)
+class ShardRingConfig:
+    """A ring: its name, where its Leases live, and the timings (seconds).
+
+    Timings and their validation are leader election's (lease 15 s, renew deadline 10 s,
+    retry period 2 s). ``slots`` (16) must be the same on every replica; more slots balance
+    better and hand over in smaller pieces, at the cost of one watch per owned slot.
+    ``drain_timeout`` (10 s) bounds how long in-flight reconciles of a slot being handed
+    over may run before they are cancelled. ``shard_field`` is what objects are hashed by.
+    ``settle`` (default: two retry periods) is how long a replica that just joined waits,
+    its Lease already written, before it claims slots: replicas started together (a rollout,
+    a restart) then see each other first, instead of the first one listing every object and
+    handing most slots over again a moment later. After its renew deadline passed (fenced),
+    a replica waits ``settle`` x 2, x 4 ... (up to x 32 while fences come within a minute of
+    each other) before claiming again, so an overloaded replica does not take the same load
+    straight back.
+    """
+
+    name: str
+    namespace: str
+    identity: str = field(default_factory=default_identity)
+    slots: int = 16
+    shard_field: ShardField = ShardField.UID
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    drain_timeout: float = 10.0
+    settle: float | None = None
+
+    @property
+    def settle_seconds(self) -> float:
+        return 2 * self.retry_period if self.settle is None else self.settle
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 40:
+            raise ValueError(f"a ring name must have 1 to 40 characters, got {self.name!r}")
+        if not 1 <= self.slots <= 1024:
+            raise ValueError(f"slots must be between 1 and 1024, got {self.slots}")
+        if self.drain_timeout < 0:
+            raise ValueError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
+        _ = self.timings  # validates like leader election (raises ValueError)
+
+    @property
+    def timings(self) -> LeaderElectionConfig:
+        """This member's Lease as leader election would describe it (name and timings)."""
+        digest = hashlib.blake2b(self.identity.encode(), digest_size=6).hexdigest()
+        return LeaderElectionConfig(
+            namespace=self.namespace,
+            name=f"{self.name}-{digest}",
+            identity=self.identity,
+            lease_duration=self.lease_duration,
+            renew_deadline=self.renew_deadline,
+            retry_period=self.retry_period,
+        )
+
+
+def slot_range(slot: int, slots: int) -> HashRange:
+    return split_hash_space(slots)[slot]
+
+
+def slot_selector(slot: int, slots: int, shard_field: ShardField = ShardField.UID) -> ShardSelector:
+    """The shard selector of one slot."""
+    return ShardSelector(shard_field, [slot_range(slot, slots)])
+
+
+def _score(member: str, slot: int) -> int:
+    digest = hashlib.blake2b(f"{member}\x00{slot}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def assign_slots(members: Iterable[str], slots: int) -> dict[str, frozenset[int]]:
+    """Which slots each member owns: bounded-load rendezvous hashing (see the module docs).
+
+    Deterministic in the *set* of members; every slot goes to exactly one member; member
+    loads differ by at most one slot.
+    """
+    ordered = sorted(set(members))
+    if not ordered:
+        return {}
+    base, extra = divmod(slots, len(ordered))
+    room = {m: base + (1 if i < extra else 0) for i, m in enumerate(ordered)}
+    pairs = sorted(
+        ((_score(m, s), m, s) for m in ordered for s in range(slots)),
+        key=lambda p: (-p[0], p[1], p[2]),
+    )
+    owner: dict[int, str] = {}
+    for _, member, slot in pairs:
+        if slot not in owner and room[member] > 0:
+            owner[slot] = member
+            room[member] -= 1
+    out: dict[str, set[int]] = {m: set() for m in ordered}
+    for slot, member in owner.items():
+        out[member].add(slot)
+    return {m: frozenset(s) for m, s in out.items()}
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, TimeoutError):
+        return "no answer in time (is the API server overloaded, or this process starved?)"
+    return str(err) or type(err).__name__
+
+
+class SlotListener(Protocol):
+    """What a ring drives: start work on a slot, stop it (draining up to a timeout)."""
+
+    async def start_slot(self, slot: int) -> None: ...
+
+    async def stop_slot(self, slot: int, drain_timeout: float | None) -> None: ...
+
+
+@dataclass
+class _Member:
+    identity: str
+    resource_version: str
+    changed_at: float
+    duration: float
+    claims: frozenset[int]
+    holder: bool
+
+
+def _parse_claims(text: str | None) -> frozenset[int]:
+    if not text:
+        return frozenset()
+    return frozenset(int(part) for part in text.split(",") if part.strip().isdigit())
+
+
+class ShardRing:
+    """One replica's membership in a ring, and the handover of its slots.
+
+    :meth:`run` (or the manager, which runs it as a runnable) keeps the Lease and moves slots;
+    :meth:`leave` hands every slot over cleanly and deletes the Lease. Listeners (sharded
+    controllers) are told to start and stop slots; all listeners of a ring share its slots.
+
+    Attributes worth reading: :attr:`members` (live, as last seen), :attr:`active` (slots
+    being worked on), :attr:`claims` (slots claimed, including those being drained).
+    """
+
+    need_leader_election = False
+
+    def __init__(
+        self,
+        transport: Transport,
+        config: ShardRingConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.transport = transport
+        self.config = config
+        self.lease = config.timings
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases"
+        self._path = f"{self._collection}/{self.lease.name}"
+        self.listeners: list[SlotListener] = []
+        self.members: list[str] = []
+        self.active: set[int] = set()
+        self.claims: set[int] = set()
+        self._published: frozenset[int] = frozenset()
+        self._others: dict[str, _Member] = {}
+        self._last_renew = -float("inf")
+        self._renew_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.handovers = 0
+        self._settled = False
+        self._fences_in_row = 0
+        self._last_fence = -float("inf")
+        self._m = ring_metrics(config.name)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def add_listener(self, listener: SlotListener) -> None:
+        """Have ``listener`` started and stopped with this replica's slots (add before
+        :meth:`start`)."""
+        self.listeners.append(listener)
+
+    async def start(self) -> None:
+        """Join the ring in the background (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self.run(), name=f"shard-ring-{self.config.name}"
+            )
+
+    async def stop(self, drain_timeout: float | None) -> object:
+        """Leave the ring: see :meth:`leave`."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.leave(drain_timeout)
+        return None
+
+    async def run(self) -> None:
+        """Keep the Lease and move slots until cancelled. A missed renew deadline drops every
+        slot at once (in-flight reconciles cancelled), then the replica rejoins."""
+        while True:
+            stepping = asyncio.create_task(self._loop(), name=f"shard-ring-{self.config.name}")
+            failed = False
+            try:
+                await self._watchdog(stepping)
+            except Exception:
+                # A bug in a step: never keep working without the loop that renews and
+                # watches the deadline. Drop everything, then start over.
+                failed = True
+                TASK_FAILURES.labels("shard-ring").inc()
+                log.exception(
+                    "shard ring %s: the ring's loop failed; dropping every slot and rejoining",
+                    self.config.name,
+                )
+            finally:
+                stepping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await stepping
+            await self._fence()
+            if failed:
+                await asyncio.sleep(self.config.retry_period)
+
+    async def leave(self, drain_timeout: float | None) -> None:
+        """Stop every slot (draining up to ``drain_timeout``), record that nothing is claimed,
+        and delete this replica's Lease so the others take over at their next step."""
+        await self._stop_slots(set(self.active), drain_timeout)
+        self.claims.clear()
+        if self._published:
+            await self._renew()
+        try:
+            async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
+                await self.transport.request("DELETE", self._path)
+        except _EXPECTED as err:  # it expires by itself; the others then take over
+            log.warning(
+                "shard ring %s: deleting %s failed: %s",
+                self.config.name,
+                self.lease.name,
+                _describe(err),
+            )
+        self.members = []
+        self._m.members.set(0)
+        log.info("left shard ring %s as %s", self.config.name, self.config.identity)
+
+    @property
+    def has_synced(self) -> bool:
+        """True when every listener's caches of the active slots are synced."""
+        return all(getattr(listener, "has_synced", True) for listener in self.listeners)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def _watchdog(self, stepping: asyncio.Task[None]) -> None:
+        """Return when the renew deadline passed with slots active (or raise what the loop
+        raised)."""
+        deadline = self.config.renew_deadline
+        while True:
+            wait = max(self._last_renew + deadline - self._clock(), 0.0) if self.active else 1.0
+            done, _ = await asyncio.wait({stepping}, timeout=max(wait, 0.05))
+            if stepping in done:
+                stepping.result()
+                return
+            if self.active and self._clock() - self._last_renew >= deadline:
+                log.error(
+                    "shard ring %s: no renewal for %.1fs (deadline %.0fs); dropping slots %s "
+                    "and cancelling their reconciles",
+                    self.config.name,
+                    self._clock() - self._last_renew,
+                    deadline,
+                    sorted(self.active),
+                )
+                return
+
+    async def _fence(self) -> None:
+        self._m.fenced.inc()
+        await self._stop_slots(set(self.active), 0)
+        self.claims.clear()
+        # Back off before claiming again: a replica fenced because it was overloaded (every
+        # slot relisting at once) would otherwise take the same load on at once, miss its
+        # deadline again, and never settle. Doubles while fences come within a minute.
+        now = self._clock()
+        recent = now - self._last_fence < 60.0
+        self._fences_in_row = min(self._fences_in_row + 1, 5) if recent else 1
+        self._last_fence = now
+        self._settled = False
+
+    def _jittered_period(self) -> float:
+        return self.config.retry_period * (1 + self._rng.random() * (JITTER - 1))
+
+    async def _loop(self) -> None:
+        # Renewals run beside the steps: a step may wait for a slot to drain or a cache to
+        # sync for longer than the renew deadline.
+        renewing = asyncio.create_task(self._renew_forever(), name="shard-ring-renew")
+        try:
+            if not self._settled:
+                await asyncio.sleep(self.config.settle_seconds * 2**self._fences_in_row)
+                self._settled = True
+            while True:
+                await self._step()
+                await asyncio.sleep(self._jittered_period())
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await self._renew()
+            await asyncio.sleep(self.config.retry_period)
+
+    async def _step(self) -> None:
+        if not await self._observe():
+            return
+        me = self.config.identity
+        target = assign_slots(self.members, self.config.slots).get(me, frozenset())
+        lost = self.claims - target
+        if lost:
+            started = self._clock()
+            await self._stop_slots(lost & self.active, self.config.drain_timeout)
+            self.claims -= lost
+            await self._renew()
+            self._handover("release", lost, started)
+        pending = target - self.active
+        if not pending:
+            return
+        free = {s for s in pending if not self._claimed_by_other(s)}
+        if free - self.claims:
+            self.claims |= free
+            if not await self._renew():
+                return
+        if not await self._observe():
+            return
+        conflict = {s for s in pending & self.claims if self._claimed_by_other(s)}
+        if conflict:
+            self.claims -= conflict
+            await self._renew()
+        # Only slots claimed now *and* in the last write that succeeded: a withdrawal whose
+        # write failed leaves a slot published but no longer claimed.
+        gained = (pending & self.claims & self._published) - conflict
+        if gained:
+            started = self._clock()
+            await asyncio.gather(*(self._start_slot(slot) for slot in sorted(gained)))
+            self._handover("acquire", gained, started)
+
+    def _handover(self, kind: str, slots: set[int] | frozenset[int], started: float) -> None:
+        seconds = self._clock() - started
+        self.handovers += len(slots)
+        self._m.handover(kind, len(slots), seconds)
+        log.info(
+            "shard ring %s: %s slots %s in %.2fs; active %s",
+            self.config.name,
+            "released" if kind == "release" else "acquired",
+            sorted(slots),
+            seconds,
+            sorted(self.active),
+        )
+
+    def _claimed_by_other(self, slot: int) -> bool:
+        now = self._clock()
+        return any(
+            slot in m.claims and now < m.changed_at + m.duration for m in self._others.values()
+        )
+
+    async def _start_slot(self, slot: int) -> None:
+        self.active.add(slot)
+        self._m.owned.set(len(self.active))
+        for listener in self.listeners:
+            try:
+                await listener.start_slot(slot)
+            except Exception:
+                log.exception("shard ring %s: starting slot %d failed", self.config.name, slot)
+                await self._stop_slots({slot}, 0)
+                self.claims.discard(slot)
+                return
+
+    async def _stop_slots(self, slots: set[int], drain_timeout: float | None) -> None:
+        if not slots:
+            return
+
+        async def stop(listener: SlotListener, slot: int) -> None:
+            try:
+                await listener.stop_slot(slot, drain_timeout)
+            except Exception:
+                log.exception("shard ring %s: stopping slot %d failed", self.config.name, slot)
+
+        await asyncio.gather(*(stop(li, s) for li in self.listeners for s in slots))
+        self.active -= slots
+        self._m.owned.set(len(self.active))
+
+    # -- the Leases -------------------------------------------------------------------------
+
+    def _body(self, claims: frozenset[int]) -> dict[str, Any]:
+        now = _micro_time()
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.lease.name,
+                "namespace": self.config.namespace,
+                "labels": {RING_LABEL: self.config.name},
+                "annotations": {
+                    CLAIMS_ANNOTATION: ",".join(str(s) for s in sorted(claims)),
+                    SLOTS_ANNOTATION: str(self.config.slots),
+                },
+            },
+            "spec": {
+                "holderIdentity": self.config.identity,
+                "leaseDurationSeconds": int(self.config.lease_duration),
+                "renewTime": now,
+            },
+        }
+
+    async def _renew(self) -> bool:
+        """Write this member's Lease with the current claims. True on success, and then the
+        claims are published as of the moment the request was sent."""
+        async with self._renew_lock:
+            claims = frozenset(self.claims)
+            sent = self._clock()
+            body = self._body(claims)
+            try:
+                async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
+                    try:
+                        await self.transport.request(
+                            "PATCH",
+                            self._path,
+                            body=body,
+                            content_type="application/merge-patch+json",
+                        )
+                    except NotFoundError:
+                        body["spec"]["acquireTime"] = body["spec"]["renewTime"]
+                        await self.transport.request("POST", self._collection, body=body)
+            except _EXPECTED as err:
+                log.warning(
+                    "shard ring %s: renewing %s failed: %s",
+                    self.config.name,
+                    self.lease.name,
+                    _describe(err),
+                )
+                return False
+            except Exception:  # a bug or a failure of the stack under us: still a failed renewal
+                TASK_FAILURES.labels("shard-ring").inc()
+                log.exception("shard ring %s: renewing %s failed", self.config.name, self._path)
+                return False
+            self._last_renew = max(self._last_renew, sent)
+            self._published = claims
+            return True
+
+    async def _observe(self) -> bool:
+        """List the ring's Leases (a consistent read) and update the live members."""
+        try:
+            async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
+                answer = await self.transport.get_json(
+                    self._collection, {"labelSelector": f"{RING_LABEL}={self.config.name}"}
+                )
+        except _EXPECTED as err:
+            log.warning(
+                "shard ring %s: listing members failed: %s", self.config.name, _describe(err)
+            )
+            return False
+        except Exception:  # try again next period, but say so loudly
+            TASK_FAILURES.labels("shard-ring").inc()
+            log.exception("shard ring %s: listing members failed", self.config.name)
+            return False
+        now = self._clock()
+        seen: dict[str, _Member] = {}
+        me = self.config.identity
+        for lease in answer.get("items") or ():
+            meta = lease.get("metadata") or {}
+            spec = lease.get("spec") or {}
+            holder = str(spec.get("holderIdentity") or "")
+            if not holder or holder == me:
+                continue
+            annotations = meta.get("annotations") or {}
+            slots = annotations.get(SLOTS_ANNOTATION)
+            if slots and slots != str(self.config.slots):
+                log.error(
+                    "shard ring %s: member %s divides into %s slots, this replica into %d; "
+                    "every replica of a ring must use the same number of slots",
+                    self.config.name,
+                    holder,
+                    slots,
+                    self.config.slots,
+                )
+            rv = str(meta.get("resourceVersion") or "")
+            previous = self._others.get(holder)
+            changed_at = now
+            if previous is not None and previous.resource_version == rv:
+                changed_at = previous.changed_at
+            seen[holder] = _Member(
+                holder,
+                rv,
+                changed_at,
+                float(spec.get("leaseDurationSeconds") or self.config.lease_duration),
+                _parse_claims(annotations.get(CLAIMS_ANNOTATION)),
+                True,
+            )
+        self._others = seen
+        live = sorted(m.identity for m in seen.values() if now < m.changed_at + m.duration)
+        members = sorted({*live, me})
+        if members != self.members:
+            log.info("shard ring %s: members %s", self.config.name, members)
+            self.members = members
+        self._m.members.set(len(members))
+        return True
