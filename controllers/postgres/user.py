@@ -26,6 +26,7 @@ from typing import Any
 
 from controller_runtime import (
     Client,
+    Condition,
     Controller,
     ControllerBuilder,
     ControllerHost,
@@ -122,7 +123,7 @@ class UserReconciler:
         status["database"] = spec.get("database")
 
         async def not_ready(reason: str, message: str) -> None:
-            set_conditions(status, generation, ("Ready", False, reason, message))
+            set_conditions(status, generation, Condition("Ready", False, reason, message))
             await write_status(self.client, user, status)
 
         if instance is None:
@@ -183,7 +184,7 @@ class UserReconciler:
         set_conditions(
             status,
             generation,
-            (
+            Condition(
                 "Ready",
                 True,
                 "RoleReady",
@@ -217,7 +218,9 @@ class UserReconciler:
         except sql.DatabaseError as err:
             status = status_copy(user)
             set_conditions(
-                status, user["metadata"].get("generation"), ("Ready", False, "DropFailed", str(err))
+                status,
+                user["metadata"].get("generation"),
+                Condition("Ready", False, "DropFailed", str(err)),
             )
             await write_status(self.client, user, status)
             raise
