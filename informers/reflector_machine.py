@@ -40,7 +40,7 @@ States (see :class:`State`) follow kube-rs's watcher in spirit; every transition
     any             stop (CloseWatch if open)                   STOP                STOPPED
 
 Wire semantics implemented here (numbers from client-go ``tools/cache/reflector.go``, the pager,
-and the apiserver; see ``reference/kubernetes-api-semantics.md`` sections 1, 2 and 4):
+and the apiserver; docs/design.md, "Wire semantics are handled on purpose"):
 
 - Paginated LIST (``limit=500``, ``continue``); pages may be empty with a token, only an empty
   token ends the list, the list RV is taken from the first page. A 410 on a continue page means
@@ -243,7 +243,8 @@ class Sleep:
 class ReplaceStore:
     """Swap the store's whole content for ``items`` atomically, at ``resource_version``.
 
-    Keys present in the store and absent here must be reported as deletions (decision 3).
+    Keys present in the store and absent here must be reported as deletions (docs/design.md,
+    "Relists replace the store at once").
     """
 
     items: list[Any]
