@@ -252,7 +252,8 @@ class Reflector:
             self._loop_time(), items, meta.get("resourceVersion") or "", meta.get("continue") or ""
         )
 
-    async def _watch(self, request: WatchRequest) -> list[Effect]:
+    # One return per way a watch ends, each handed to the machine as its own input.
+    async def _watch(self, request: WatchRequest) -> list[Effect]:  # noqa: PLR0911
         machine = self.machine
         headers = {"Accept": METADATA_ACCEPT} if self.metadata_only else None
         params = {**self._selectors, **request.params}

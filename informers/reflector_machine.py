@@ -763,7 +763,8 @@ class ReflectorMachine:
             return self._stream_event(now, event_type, obj)
         return self._plain_event(event_type, obj)
 
-    def watch_ended(self, now: float, *, clean: bool) -> list[Effect]:
+    # A transition table: one return per case of the table in the module docs.
+    def watch_ended(self, now: float, *, clean: bool) -> list[Effect]:  # noqa: PLR0911
         """The watch body ended: ``clean`` for EOF at an event boundary, False for a cut.
 
         A body cut mid-object is not clean (the partial line is dropped, never decoded).

@@ -316,6 +316,16 @@ async def handle_finalization(
             return await handle_finalization(client, latest, name, cleanup)
         action = FinalizeAction.UNCHANGED if latest is obj else FinalizeAction.ADDED
         return FinalizeOutcome(action, latest, deleting=False)
+    return await _finalize(client, obj, name, cleanup)
+
+
+async def _finalize(
+    client: FinalizerClient,
+    obj: dict[str, Any],
+    name: str,
+    cleanup: Callable[[dict[str, Any]], Awaitable[CleanupPending | None]],
+) -> FinalizeOutcome:
+    """The being-deleted half of :func:`handle_finalization`."""
     if not contains_finalizer(obj, name):
         return FinalizeOutcome(FinalizeAction.SKIPPED, obj, deleting=True)
     try:

@@ -134,7 +134,8 @@ class PlanReconciler:
         self.recorder = recorder
         self.clock = clock
 
-    async def reconcile(self, request: Request) -> Result | None:
+    # The scheduling steps (validate, list, prune, decide the run, create, status) read in order.
+    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0912,PLR0915
         try:
             plan = await self.client.get(API_VERSION, BACKUP_PLAN, request)
         except NotFoundError:
