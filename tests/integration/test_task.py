@@ -58,6 +58,13 @@ async def test_kubectl_label_and_field_selectors(
     assert len(out.split()) == 4  # taskState defaults to Pending
 
 
+async def test_kubectl_explain_states_the_rules(control_plane: ControlPlane) -> None:
+    out = await asyncio.to_thread(control_plane.kubectl, "explain", "tasks.spec.priority")
+    assert "1 (lowest) to 5 (highest); 4 and 5 need spec.deadline." in " ".join(out.split())
+    out = await asyncio.to_thread(control_plane.kubectl, "explain", "tasks.status.state")
+    assert "--field-selector status.state=Overdue" in " ".join(out.split())
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
