@@ -3,6 +3,13 @@
 Objects are plain dicts (``apiVersion``, ``kind``, ``metadata``, ...). ``apiVersion`` + ``kind``
 are resolved to URLs through the cache's :class:`~kubeclient.discovery.Discovery`.
 
+**Keys.** Methods that address an object by key take ``api_version, kind`` and then a
+:class:`~controller_runtime.reconcile.Request` or keyword-only ``name=``/``namespace=``
+(:mod:`controller_runtime.objectkey`): ``client.get(TASKS, "Task", request)``. Names are never
+positional, so ``(name, namespace)`` cannot be swapped with ``Request(namespace, name)``.
+Methods that write an object take the object; :meth:`Client.delete` takes either.
+:func:`ignore_not_found` turns a ``NotFoundError`` into ``None``.
+
 **Reads.** :meth:`Client.get` and :meth:`Client.list` read the cache. A kind the cache does
 not watch raises :class:`~controller_runtime.cache.NotCachedError` saying what to configure;
 nothing starts a watch behind the caller's back. :attr:`Client.live` reads the API server

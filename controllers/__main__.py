@@ -6,188 +6,26 @@ leadership was lost or a cache did not sync, 2 for bad flags.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
 from collections.abc import Sequence
 
-from controller_runtime import configure_logging
-from controllers.app import ENABLED_BY_DEFAULT, KNOWN_CONTROLLERS, OperatorSettings, run_operator
+from controllers.cli import parser, settings_from
+
+__all__ = ["main", "parser", "settings_from"]
 
 log = logging.getLogger("controllers")
 
 
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return number
-
-
-def _seconds(value: str) -> float:
-    number = float(value)
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
-    return number
-
-
-def _concurrency(value: str) -> tuple[str, int]:
-    name, sep, count = value.partition("=")
-    if not sep or name not in KNOWN_CONTROLLERS:
-        raise argparse.ArgumentTypeError(
-            f"expected CONTROLLER=N with CONTROLLER one of {', '.join(KNOWN_CONTROLLERS)}; "
-            f"got {value!r}"
-        )
-    return name, _positive(count)
-
-
-def parser(
-    prog: str = "python -m controllers",
-    description: str = "Run the operator: the Task and PostgreSQL controllers on one manager.",
-) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=description)
-    cluster = p.add_argument_group("cluster")
-    cluster.add_argument(
-        "--kubeconfig",
-        help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
-    )
-    cluster.add_argument("--context", help="kubeconfig context (default: the current one)")
-    cluster.add_argument(
-        "--namespace",
-        action="append",
-        dest="namespaces",
-        metavar="NS",
-        help="watch only this namespace (repeatable; default: all namespaces)",
-    )
-    election = p.add_argument_group("leader election")
-    election.add_argument(
-        "--leader-elect",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="campaign for a Lease before reconciling (default: off; on in the Deployment)",
-    )
-    election.add_argument(
-        "--leader-election-namespace",
-        help="namespace of the Lease (default: the Pod's namespace in a cluster, else default)",
-    )
-    election.add_argument(
-        "--leader-election-id",
-        default="controller-runtime-py-operator",
-        help="name of the Lease (default: %(default)s)",
-    )
-    election.add_argument(
-        "--lease-duration", type=_seconds, default=15.0, help="seconds (default: %(default)s)"
-    )
-    election.add_argument(
-        "--renew-deadline", type=_seconds, default=10.0, help="seconds (default: %(default)s)"
-    )
-    election.add_argument(
-        "--retry-period", type=_seconds, default=2.0, help="seconds (default: %(default)s)"
-    )
-    serving = p.add_argument_group("endpoints")
-    serving.add_argument(
-        "--metrics-bind-address",
-        default="127.0.0.1:8080",
-        help='address of /metrics; "0" turns it off (default: %(default)s; the Deployment '
-        'uses ":8080")',
-    )
-    serving.add_argument(
-        "--health-probe-bind-address",
-        default="127.0.0.1:8081",
-        help='address of /healthz and /readyz; "0" turns it off (default: %(default)s)',
-    )
-    work = p.add_argument_group("controllers")
-    work.add_argument(
-        "--controllers",
-        default=",".join(ENABLED_BY_DEFAULT),
-        help=f"comma-separated controllers to run, of {', '.join(KNOWN_CONTROLLERS)} "
-        "(default: %(default)s)",
-    )
-    work.add_argument(
-        "--max-concurrent-reconciles",
-        type=_positive,
-        default=2,
-        help="workers per controller (default: %(default)s)",
-    )
-    work.add_argument(
-        "--concurrency",
-        type=_concurrency,
-        action="append",
-        default=[],
-        metavar="CONTROLLER=N",
-        help="workers for one controller, overriding --max-concurrent-reconciles (repeatable)",
-    )
-    work.add_argument(
-        "--graceful-shutdown-timeout",
-        type=_seconds,
-        default=30.0,
-        help="seconds in-flight reconciles may take to finish on SIGTERM (default: %(default)s)",
-    )
-    work.add_argument(
-        "--no-read-your-writes",
-        dest="read_your_writes",
-        action="store_false",
-        help="turn off the stale-cache guard (on by default)",
-    )
-    logs = p.add_argument_group("logging")
-    logs.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="(default: %(default)s)",
-    )
-    logs.add_argument(
-        "--log-format", default="text", choices=["text", "json"], help="(default: %(default)s)"
-    )
-    return p
-
-
-def settings_from(
-    argv: Sequence[str] | None = None, *, p: argparse.ArgumentParser | None = None
-) -> OperatorSettings:
-    """The settings ``argv`` asks for; ``--help`` and bad flags exit (status 0 and 2) here,
-    before anything starts. ``p``: the parser to use (default: :func:`parser`)."""
-    p = p or parser()
-    args = p.parse_args(argv)
-    enabled = [c.strip() for c in args.controllers.split(",") if c.strip()]
-    unknown = [c for c in enabled if c not in KNOWN_CONTROLLERS]
-    if unknown or not enabled:
-        p.error(
-            f"--controllers: unknown {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(KNOWN_CONTROLLERS)}"
-        )
-    if (
-        args.leader_elect
-        and not args.lease_duration > args.renew_deadline > 1.2 * args.retry_period
-    ):
-        p.error("need --lease-duration > --renew-deadline > 1.2 x --retry-period")
-    return OperatorSettings(
-        kubeconfig=args.kubeconfig,
-        context=args.context,
-        namespaces=tuple(args.namespaces or ()),
-        leader_elect=args.leader_elect,
-        leader_election_namespace=args.leader_election_namespace,
-        leader_election_id=args.leader_election_id,
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        metrics_bind_address=args.metrics_bind_address,
-        health_probe_bind_address=args.health_probe_bind_address,
-        controllers=tuple(enabled),
-        max_concurrent_reconciles=args.max_concurrent_reconciles,
-        concurrency=dict(args.concurrency),
-        graceful_shutdown_timeout=args.graceful_shutdown_timeout,
-        read_your_writes=args.read_your_writes,
-        log_level=args.log_level,
-        log_format=args.log_format,
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = settings_from(argv)
+    settings = settings_from(argv)  # --help and bad flags end here, before anything loads
+    # The runtime and the controllers are imported after the flags are read (seconds of
+    # imports that --help should not wait for).
+    from controller_runtime import configure_logging, install_uvloop  # noqa: PLC0415
+    from controllers.app import run_operator  # noqa: PLC0415
+
     configure_logging(settings.log_level, settings.log_format)
-    from controller_runtime import install_uvloop  # noqa: PLC0415 (after logging)
 
     if install_uvloop():
         log.debug("using uvloop")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 from controller_runtime import (
     SERVICE_ACCOUNT_DIR,
@@ -21,6 +20,7 @@ from controller_runtime import (
     load_config,
     run_until_signalled,
 )
+from controllers.cli import OperatorSettings
 from controllers.postgres import (
     setup_backup_controller,
     setup_binding_controller,
@@ -49,34 +49,8 @@ CONTROLLERS: dict[str, Setup] = {
     "backup": lambda m, o: setup_backup_controller(m, m.client, options=o),
     "backup-plan": lambda m, o: setup_plan_controller(m, m.client, options=o),
 }
-"""Every controller the operator can run, by name."""
-
-KNOWN_CONTROLLERS: tuple[str, ...] = tuple(CONTROLLERS)
-ENABLED_BY_DEFAULT: tuple[str, ...] = KNOWN_CONTROLLERS
-
-
-@dataclass(frozen=True)
-class OperatorSettings:
-    """What the command line decides (see ``python -m controllers --help``)."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespaces: tuple[str, ...] = ()
-    leader_elect: bool = False
-    leader_election_namespace: str | None = None
-    leader_election_id: str = "controller-runtime-py-operator"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    metrics_bind_address: str | None = "127.0.0.1:8080"
-    health_probe_bind_address: str | None = "127.0.0.1:8081"
-    controllers: tuple[str, ...] = ENABLED_BY_DEFAULT
-    max_concurrent_reconciles: int = 2
-    concurrency: dict[str, int] = field(default_factory=dict)
-    graceful_shutdown_timeout: float = 30.0
-    read_your_writes: bool = True
-    log_level: str = "info"
-    log_format: str = "text"
+"""Every controller the operator can run, by name (the names, for the flags, are
+``controllers.cli.KNOWN_CONTROLLERS``)."""
 
 
 def busy_port_message(settings: OperatorSettings, *, metrics_started: bool) -> str:
@@ -129,6 +103,26 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
     )
 
 
+class EndpointAnnouncer:
+    """Logs where the manager serves metrics and probes, once it does (the manager starts
+    runnables that need no leadership right after its endpoints), so that a port 0 or ``:8080``
+    setting shows up as a URL to open."""
+
+    need_leader_election = False
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+
+    async def start(self) -> None:
+        metrics = f"{self.manager.metrics_url}/metrics" if self.manager.metrics_url else "off"
+        health = self.manager.health_url
+        probes = f"{health}/healthz and {health}/readyz" if health else "off"
+        log.info("serving metrics at %s, probes at %s", metrics, probes)
+
+    async def stop(self, drain_timeout: float | None) -> None:
+        return None
+
+
 async def setup_controllers(manager: Manager, settings: OperatorSettings) -> None:
     for name in settings.controllers:
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
@@ -143,6 +137,7 @@ async def run_operator(settings: OperatorSettings) -> int:
         log.error("%s", err)
         return 1
     manager = build_manager(settings, config)
+    manager.add(EndpointAnnouncer(manager))
     try:
         await setup_controllers(manager, settings)
     except UnknownKindError as err:

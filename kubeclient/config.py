@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import kube_config
-
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -171,6 +168,11 @@ async def load_kubeconfig(
         path = env.split(os.pathsep)[0] if env else str(Path.home() / ".kube" / "config")
     if not Path(path).is_file():  # noqa: ASYNC240 (once, at start-up)
         raise ConfigError(f"no kubeconfig at {path}; set KUBECONFIG or pass --kubeconfig")
+    # Imported here: kubernetes-asyncio takes seconds to import (its generated API modules),
+    # and command lines that only parse flags (``--help``) should not pay for it.
+    from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
+    from kubernetes_asyncio.config import kube_config  # noqa: PLC0415
+
     configuration = Configuration()
     loader = await kube_config.load_kube_config(
         config_file=str(path),

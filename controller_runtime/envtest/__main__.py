@@ -16,7 +16,12 @@ import threading
 import time
 from pathlib import Path
 
-from controller_runtime.envtest.binaries import BinaryError, bin_dir, find_binaries
+from controller_runtime.envtest.binaries import (
+    KUBERNETES_VERSION,
+    BinaryError,
+    bin_dir,
+    find_binaries,
+)
 from controller_runtime.envtest.controlplane import (
     DEFAULT_CRD_DIRECTORY,
     ControlPlane,
@@ -60,6 +65,11 @@ def plane_kubectl(plane: ControlPlane) -> str:
 def print_access(plane: ControlPlane, kubectl: str | None = None) -> None:
     kubectl = kubectl or plane_kubectl(plane)
     print(f"API server:  {plane.server}")
+    if kubectl != "kubectl":
+        print(
+            f"kubectl:     {kubectl} (the kubectl on PATH is missing or too far from "
+            f"v{KUBERNETES_VERSION}: kubectl supports one minor version either way)"
+        )
     print(f"kubeconfig:  {plane.kubeconfig}")
     print(f"try:         {kubectl} --kubeconfig {plane.kubeconfig} get crds")
     print(f"             export KUBECONFIG={plane.kubeconfig}", flush=True)

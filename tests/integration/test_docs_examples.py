@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import logging
 import os
@@ -114,6 +115,13 @@ async def stop(run: asyncio.Task[None]) -> None:
     """SIGTERM, as an operator stops the program; it must end gracefully."""
     if run.done():
         run.result()  # raises what ended it early
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        # The program has not reached run_until_signalled (a failure before): a SIGTERM
+        # would end the test process itself.
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
         return
     os.kill(os.getpid(), signal.SIGTERM)
     await asyncio.wait_for(run, 60)

@@ -43,7 +43,8 @@ from controller_runtime.envtest.binaries import KUBERNETES_VERSION, find_binarie
 from controller_runtime.envtest.controlplane import use_existing_cluster
 from controller_runtime.manager import Manager
 from controllers.__main__ import settings_from
-from controllers.app import CONTROLLERS, OperatorSettings, build_manager
+from controllers.app import CONTROLLERS, build_manager
+from controllers.cli import OperatorSettings
 from controllers.postgres.localserver import LocalPostgres
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory

@@ -10,6 +10,7 @@ one allowed sub-package, as ``envtest`` is in Go's controller-runtime.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,13 @@ def test_imports_come_only_from_the_controller_runtime_package(where: str, tree:
         and node.value.id in aliases
     }
     assert used <= exported, f"{where}: controller_runtime does not export {used - exported}"
+
+
+@pytest.mark.parametrize("module", ["controller_runtime.util", "controller_runtime.errors"])
+def test_every_helper_and_api_error_is_re_exported(module: str) -> None:
+    names = set(importlib.import_module(module).__all__)
+    missing = sorted(names - set(controller_runtime.__all__))
+    assert not missing, f"add {missing} (from {module}) to controller_runtime/__init__.py"
 
 
 def test_everything_exported_exists() -> None:

@@ -47,3 +47,11 @@ def test_make_run_prints_where_metrics_and_probes_listen() -> None:
     assert endpoint("0", "/metrics") == "off"
     assert endpoint(None, "/metrics") == "off"
     assert endpoint("127.0.0.1:0", "/metrics").startswith("a free port")
+
+
+def test_the_flags_know_every_controller_the_operator_can_run() -> None:
+    from controllers.app import CONTROLLERS  # noqa: PLC0415 (heavy: only this test needs it)
+    from controllers.cli import ENABLED_BY_DEFAULT, KNOWN_CONTROLLERS  # noqa: PLC0415
+
+    assert tuple(CONTROLLERS) == KNOWN_CONTROLLERS
+    assert set(ENABLED_BY_DEFAULT) <= set(KNOWN_CONTROLLERS)

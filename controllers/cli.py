@@ -1,0 +1,215 @@
+"""The operator's flags and the settings they make, with nothing heavy imported.
+
+``python -m controllers --help`` and ``python -m controllers.dev --help`` (and any bad flag)
+answer from here, before the runtime, the controllers or a control plane are loaded or
+started. :mod:`controllers.app` turns the settings into a running manager.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+KNOWN_CONTROLLERS: tuple[str, ...] = (
+    "task",
+    "postgres-instance",
+    "postgres-user",
+    "service-binding",
+    "backup",
+    "backup-plan",
+)
+"""Every controller the operator can run, by name (``controllers.app.CONTROLLERS`` builds
+them; a test keeps the two in step)."""
+
+ENABLED_BY_DEFAULT: tuple[str, ...] = KNOWN_CONTROLLERS
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the command line decides (see ``python -m controllers --help``)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespaces: tuple[str, ...] = ()
+    leader_elect: bool = False
+    leader_election_namespace: str | None = None
+    leader_election_id: str = "controller-runtime-py-operator"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    metrics_bind_address: str | None = "127.0.0.1:8080"
+    health_probe_bind_address: str | None = "127.0.0.1:8081"
+    controllers: tuple[str, ...] = ENABLED_BY_DEFAULT
+    max_concurrent_reconciles: int = 2
+    concurrency: dict[str, int] = field(default_factory=dict)
+    graceful_shutdown_timeout: float = 30.0
+    read_your_writes: bool = True
+    log_level: str = "info"
+    log_format: str = "text"
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return number
+
+
+def _seconds(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
+    return number
+
+
+def _concurrency(value: str) -> tuple[str, int]:
+    name, sep, count = value.partition("=")
+    if not sep or name not in KNOWN_CONTROLLERS:
+        raise argparse.ArgumentTypeError(
+            f"expected CONTROLLER=N with CONTROLLER one of {', '.join(KNOWN_CONTROLLERS)}; "
+            f"got {value!r}"
+        )
+    return name, _positive(count)
+
+
+def parser(
+    prog: str = "python -m controllers",
+    description: str = "Run the operator: the Task and PostgreSQL controllers on one manager.",
+) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    cluster = p.add_argument_group("cluster")
+    cluster.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
+    )
+    cluster.add_argument("--context", help="kubeconfig context (default: the current one)")
+    cluster.add_argument(
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    election = p.add_argument_group("leader election")
+    election.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="campaign for a Lease before reconciling (default: off; on in the Deployment)",
+    )
+    election.add_argument(
+        "--leader-election-namespace",
+        help="namespace of the Lease (default: the Pod's namespace in a cluster, else default)",
+    )
+    election.add_argument(
+        "--leader-election-id",
+        default="controller-runtime-py-operator",
+        help="name of the Lease (default: %(default)s)",
+    )
+    election.add_argument(
+        "--lease-duration", type=_seconds, default=15.0, help="seconds (default: %(default)s)"
+    )
+    election.add_argument(
+        "--renew-deadline", type=_seconds, default=10.0, help="seconds (default: %(default)s)"
+    )
+    election.add_argument(
+        "--retry-period", type=_seconds, default=2.0, help="seconds (default: %(default)s)"
+    )
+    serving = p.add_argument_group("endpoints")
+    serving.add_argument(
+        "--metrics-bind-address",
+        default="127.0.0.1:8080",
+        help='address of /metrics; "0" turns it off (default: %(default)s; the Deployment '
+        'uses ":8080")',
+    )
+    serving.add_argument(
+        "--health-probe-bind-address",
+        default="127.0.0.1:8081",
+        help='address of /healthz and /readyz; "0" turns it off (default: %(default)s)',
+    )
+    work = p.add_argument_group("controllers")
+    work.add_argument(
+        "--controllers",
+        default=",".join(ENABLED_BY_DEFAULT),
+        help=f"comma-separated controllers to run, of {', '.join(KNOWN_CONTROLLERS)} "
+        "(default: %(default)s)",
+    )
+    work.add_argument(
+        "--max-concurrent-reconciles",
+        type=_positive,
+        default=2,
+        help="workers per controller (default: %(default)s)",
+    )
+    work.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        action="append",
+        default=[],
+        metavar="CONTROLLER=N",
+        help="workers for one controller, overriding --max-concurrent-reconciles (repeatable)",
+    )
+    work.add_argument(
+        "--graceful-shutdown-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds in-flight reconciles may take to finish on SIGTERM (default: %(default)s)",
+    )
+    work.add_argument(
+        "--no-read-your-writes",
+        dest="read_your_writes",
+        action="store_false",
+        help="turn off the stale-cache guard (on by default)",
+    )
+    logs = p.add_argument_group("logging")
+    logs.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="(default: %(default)s)",
+    )
+    logs.add_argument(
+        "--log-format", default="text", choices=["text", "json"], help="(default: %(default)s)"
+    )
+    return p
+
+
+def settings_from(
+    argv: Sequence[str] | None = None, *, p: argparse.ArgumentParser | None = None
+) -> OperatorSettings:
+    """The settings ``argv`` asks for; ``--help`` and bad flags exit (status 0 and 2) here,
+    before anything starts. ``p``: the parser to use (default: :func:`parser`)."""
+    p = p or parser()
+    args = p.parse_args(argv)
+    enabled = [c.strip() for c in args.controllers.split(",") if c.strip()]
+    unknown = [c for c in enabled if c not in KNOWN_CONTROLLERS]
+    if unknown or not enabled:
+        p.error(
+            f"--controllers: unknown {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(KNOWN_CONTROLLERS)}"
+        )
+    if (
+        args.leader_elect
+        and not args.lease_duration > args.renew_deadline > 1.2 * args.retry_period
+    ):
+        p.error("need --lease-duration > --renew-deadline > 1.2 x --retry-period")
+    return OperatorSettings(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        namespaces=tuple(args.namespaces or ()),
+        leader_elect=args.leader_elect,
+        leader_election_namespace=args.leader_election_namespace,
+        leader_election_id=args.leader_election_id,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
+        controllers=tuple(enabled),
+        max_concurrent_reconciles=args.max_concurrent_reconciles,
+        concurrency=dict(args.concurrency),
+        graceful_shutdown_timeout=args.graceful_shutdown_timeout,
+        read_your_writes=args.read_your_writes,
+        log_level=args.log_level,
+        log_format=args.log_format,
+    )
