@@ -15,10 +15,19 @@ it changes.
 restores that ``pg_dump`` Backup into it (``status.restore``); the instance is Ready only
 after it succeeded.
 
-Deletion (finalizer ``postgres.crpy.io/instance``) waits until no PostgresUser refers to the
-instance (their finalizers drop their roles while the server is still there), then, with
-``spec.deletionPolicy: Delete``, deletes the instance's PersistentVolumeClaims; ``Retain``
-(default) keeps them. Rendered objects go with the instance by garbage collection.
+A refused version is a Warning Event too (the condition's reason), and the instance keeps what
+runs.
+
+Deletion (finalizer ``postgres.crpy.io/instance``, through
+:func:`~controller_runtime.handle_finalization`) stays pending while a PostgresUser refers to
+the instance (their finalizers drop their roles while the server is still there; their
+deletion events bring the instance back), then, with ``spec.deletionPolicy: Delete``, deletes
+the instance's PersistentVolumeClaims; ``Retain`` (default) keeps them. Rendered objects go with
+the instance by garbage collection.
+
+The in-cluster path is observe (the StatefulSet) → decide (pure functions below:
+:func:`rollout_progress`, :func:`kept_claim_templates`, :func:`rendered_children`,
+:func:`degraded_condition`) → apply (objects, then status); see docs/design.md.
 """
 
 from __future__ import annotations
