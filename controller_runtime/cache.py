@@ -108,13 +108,17 @@ class Cache:
         return self.factory.discovery
 
     async def watch(self, api_version: str, kind: str) -> KindInformers:
-        """Watch ``kind`` (idempotent) and return its informers, started."""
+        """Watch ``kind`` (idempotent) and return its informers, started.
+
+        While the API server cannot be reached, this waits for it (discovery retries with
+        backoff and logs each failure) rather than failing: cancel the caller to give up."""
         key = (api_version, kind)
         async with self._lock:
             existing = self._kinds.get(key)
             if existing is not None:
                 return existing
-            resource = await self.factory.discovery.resolve(api_version, kind)
+            # Waits (and logs) while the API server is unreachable, e.g. at start.
+            resource = await self.factory.discovery.resolve(api_version, kind, wait_for_server=True)
             options = self.by_object.get(key, ByObject())
             namespaces: Sequence[str | None] = [None]
             if resource.namespaced:

@@ -11,6 +11,12 @@ Guarantees:
   or a ``CancelledError`` that is not the controller stopping) is counted, logged and turned
   into a requeue; the worker takes the next key. (``KeyboardInterrupt``/``SystemExit`` are
   not caught: they stop the loop, as they should.)
+* **Nor of anything else.** An unexpected exception in the worker's own path (the rate
+  limiter, the guard's requeue, a metric or log handler) is logged with its traceback,
+  counted in ``controller_runtime_task_failures_total{task="controller-worker"}``, the key is
+  marked done and requeued with backoff where possible, and the worker goes on after a short
+  pause (0.1 s, doubling to 10 s while failures repeat): never a controller that silently
+  stops reconciling.
 * **Outcomes as in controller-runtime** (``reconcileHandler``), keeping the priority the key
   was queued with on every requeue:
 
@@ -110,6 +116,9 @@ PANIC_TYPES: tuple[type[BaseException], ...] = (
 programming-error types (see the module docs)."""
 
 _PANICS = (*PANIC_TYPES, asyncio.CancelledError)  # a CancelledError that reached us is a stray one
+_WORKER_PAUSE = 0.1  # a worker's pause after a failure outside the reconcile, doubling...
+_WORKER_PAUSE_CAP = 10.0  # ...up to this while failures repeat
+_WORKER_RETRY = 1.0  # the delay of the requeue of a key whose processing failed that way
 _DEBUG = logging.DEBUG
 
 # Controller names in use in this process: names label the metrics, so two controllers with
@@ -402,12 +411,37 @@ class Controller:
     async def _work(self) -> None:
         get = self.queue.get_with_priority
         process = self._process
+        failures = 0
         while True:
             try:
                 request, priority = await get()
             except QueueShutDownError:
                 return
-            await process(request, priority)
+            try:
+                await process(request, priority)
+            except Exception as exc:
+                failures += 1
+                await self._worker_failed(request, priority, exc, failures)
+            else:
+                failures = 0
+
+    async def _worker_failed(
+        self, request: Request, priority: int, exc: Exception, failures: int
+    ) -> None:
+        """Recover a worker from an exception outside the reconcile (see the module docs)."""
+        _metrics.TASK_FAILURES.labels("controller-worker").inc()
+        log.error(
+            "Worker failed outside the reconcile; it goes on",
+            exc_info=exc,
+            extra=_log_fields(self.name, request, ""),
+        )
+        queue = self.queue
+        queue.done(request)  # idempotent: the key must never stay "in flight"
+        try:
+            queue.add_after(request, _WORKER_RETRY, priority=priority)
+        except Exception:
+            log.exception("Could not requeue %s", request, extra={"controller": self.name})
+        await asyncio.sleep(min(_WORKER_PAUSE * 2 ** (failures - 1), _WORKER_PAUSE_CAP))
 
     # One reconcile's life (guard, timeout, each result and error kind, metrics, queue bookkeeping)
     # in one place, in order, as the table in the module docs lists it.

@@ -13,8 +13,16 @@ How it decides:
   Otherwise take it over with a PUT carrying the Lease's resourceVersion (a 409 means someone
   else won this round).
 * **Renew**: every retry period; a renewal that has not succeeded for ``renew_deadline``
-  means leadership is lost. Losing it is final for this elector: the manager stops
-  reconciling at once and the process exits non-zero (as controller-runtime does).
+  means leadership is lost. The deadline is hard, as in client-go: an attempt still in flight
+  when it passes is cancelled (each attempt is also capped at ``max(renew_deadline / 2, 1 s)``,
+  client-go's request timeout), so the loss is declared at the deadline, never later (up to
+  event-loop latency), however the API server or the network misbehaves. Losing it is final
+  for this elector: the manager stops reconciling at once and the process exits non-zero (as
+  controller-runtime does).
+* **Failures** of an attempt — an error answer, a connection failure, or any unexpected
+  exception (logged with its traceback and counted in
+  ``controller_runtime_task_failures_total{task="leader-election"}``) — count as a failed
+  attempt: the next one follows after the retry period, and only the deadline decides loss.
 * **Release** on a clean stop: the Lease is written with no holder and a 1 s duration, so a
   follower takes over at its next retry instead of waiting for the lease to expire.
 
@@ -34,8 +42,9 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+from controller_runtime.metrics import TASK_FAILURES
 from kubeclient.errors import ApiError, ConflictError, NotFoundError
 from kubeclient.transport import Transport
 
@@ -120,6 +129,16 @@ class LeaderElector:
         return self.config.identity
 
     @property
+    def renewed_at(self) -> float:
+        """When (``clock`` seconds) the Lease was last acquired or renewed by this elector."""
+        return self._last_renew
+
+    @property
+    def attempt_timeout(self) -> float:
+        """The cap on one acquire or renew attempt: ``max(renew_deadline / 2, 1 s)``."""
+        return max(self.config.renew_deadline / 2, 1.0)
+
+    @property
     def holder(self) -> str:
         """The holder as last observed ("" if none)."""
         return str((self._observed or {}).get("holderIdentity") or "")
@@ -127,7 +146,7 @@ class LeaderElector:
     async def acquire(self) -> None:
         """Return once this process holds the Lease."""
         while True:
-            if await self._try_acquire_or_renew():
+            if await self._attempt(self.attempt_timeout):
                 self.is_leader = True
                 self._last_renew = self._clock()
                 self.became_leader.set()
@@ -141,25 +160,56 @@ class LeaderElector:
             await asyncio.sleep(self.config.retry_period * (1 + self._rng.random() * (JITTER - 1)))
 
     async def keep(self) -> None:
-        """Renew until leadership is lost; then raise :class:`LeaderElectionLostError`."""
+        """Renew until leadership is lost; then raise :class:`LeaderElectionLostError`.
+
+        Raises at ``renewed_at + renew_deadline`` at the latest (see the module docs)."""
         config = self.config
         while True:
             await asyncio.sleep(config.retry_period)
-            try:
-                async with asyncio.timeout(max(config.renew_deadline / 2, 1.0)):
-                    renewed = await self._try_acquire_or_renew()
-            except TimeoutError:
-                renewed = False
-            now = self._clock()
-            if renewed:
-                self._last_renew = now
-                continue
-            if not self.is_leader or now - self._last_renew >= config.renew_deadline:
-                self.is_leader = False
-                raise LeaderElectionLostError(
-                    f"leader election lost: {config.namespace}/{config.name} not renewed for "
-                    f"{now - self._last_renew:.1f}s (holder now {self.holder or 'nobody'})"
-                )
+            deadline = self._last_renew + config.renew_deadline
+            while True:
+                remaining = deadline - self._clock()
+                if remaining <= 0 or not self.is_leader:
+                    self._lost()
+                if await self._attempt(min(self.attempt_timeout, remaining)):
+                    self._last_renew = self._clock()
+                    break
+                remaining = deadline - self._clock()
+                if remaining > 0:
+                    await asyncio.sleep(min(config.retry_period, remaining))
+
+    def _lost(self) -> NoReturn:
+        config = self.config
+        self.is_leader = False
+        raise LeaderElectionLostError(
+            f"leader election lost: {config.namespace}/{config.name} not renewed for "
+            f"{self._clock() - self._last_renew:.1f}s (renew deadline {config.renew_deadline}s; "
+            f"holder now {self.holder or 'nobody'})"
+        )
+
+    async def _attempt(self, timeout: float) -> bool:
+        """One acquire-or-renew, cancelled after ``timeout`` seconds. False on any failure."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._try_acquire_or_renew()
+        except TimeoutError:
+            log.warning(
+                "leader election: no answer about %s within %.1fs; attempt cancelled",
+                self._path,
+                timeout,
+            )
+            return False
+        except Exception as err:
+            # Not an error answer (those are handled below): a bug or a failure of the stack
+            # under us. Leadership is decided by the deadline, so the attempt just failed.
+            TASK_FAILURES.labels("leader-election").inc()
+            log.error(
+                "leader election: unexpected %s while updating %s; counted as a failed attempt",
+                type(err).__name__,
+                self._path,
+                exc_info=err,
+            )
+            return False
 
     async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Acquire, then run ``lead()`` while renewing. Returns when ``lead`` returns (and
@@ -191,7 +241,7 @@ class LeaderElector:
             return False
         self.is_leader = False
         now = _micro_time()
-        spec = {
+        spec: dict[str, Any] = {
             **self._observed,
             "holderIdentity": None,
             "leaseDurationSeconds": 1,
@@ -199,9 +249,23 @@ class LeaderElector:
             "renewTime": now,
         }
         try:
-            await self._put(spec)
-        except ApiError as err:
-            log.warning("could not release the lease %s: %s", self._path, err)
+            async with asyncio.timeout(self.attempt_timeout):
+                await self._put(spec)
+        except TimeoutError:
+            log.warning(
+                "could not release the lease %s: no answer within %.1fs; the follower takes "
+                "over when it expires",
+                self._path,
+                self.attempt_timeout,
+            )
+            return False
+        except Exception as err:
+            log.warning(
+                "could not release the lease %s (%s: %s); the follower takes over when it expires",
+                self._path,
+                type(err).__name__,
+                err,
+            )
             return False
         log.info("released the lease %s/%s", self.config.namespace, self.config.name)
         return True

@@ -7,7 +7,12 @@ Lifecycle of :meth:`Manager.run`:
    ``"0"`` turns one off; port 0 picks a free one, see :attr:`Manager.metrics_url`).
 2. Wait for every watched kind's informers to sync (``cache_sync_timeout``, 120 s default;
    the error names the kinds that did not). ``/readyz`` turns ready then. Followers keep
-   their caches warm too, so a takeover does not wait for a full sync.
+   their caches warm too, so a takeover does not wait for a full sync. From then on the
+   ``informers-healthy`` readiness check fails while any started informer is not
+   :attr:`~informers.shared.SharedInformer.healthy` (its reflector crashed and has not relisted
+   yet, or a kind added later has not synced). Readiness, not liveness: the informer restarts
+   its reflector itself, and a Pod restart would only throw away every other cache (and the
+   Lease) to repair what the process already repairs.
 3. With leader election: campaign for the Lease, then start the controllers; without it,
    start them at once.
 4. On :meth:`request_stop` (SIGTERM/SIGINT with :func:`run_until_signalled`): stop taking
@@ -19,6 +24,24 @@ Losing leadership stops the controllers at once (in-flight reconciles are cancel
 graceful drain) and :meth:`run` raises
 :class:`~controller_runtime.leaderelection.LeaderElectionLostError`; the entry point exits
 non-zero so that the Pod restarts as a follower, as controller-runtime does.
+
+Supervision (no background task dies silently; docs/manager.md has the table): an unexpected
+exception in a long-running task is logged with its traceback and counted in
+``controller_runtime_task_failures_total{task}``, then
+
+* the metrics and health servers are restarted on the same address with backoff (0.5 s,
+  doubling to 30 s; ``controller_runtime_task_restarts_total{task}``); while the metrics
+  server is down, ``/healthz`` fails its ``metrics-server`` check, so a server that cannot
+  come back ends in a restart by the kubelet;
+* a leader-election attempt that fails that way counts as a failed attempt (the renew
+  deadline alone decides loss), and a controller worker goes on with the next key (see
+  :mod:`~controller_runtime.controller`);
+* anything that still escapes the leader-election task or the controllers' start ends
+  :meth:`run` with that exception, after a logged shutdown: the entry point exits non-zero;
+* an exception that reaches the event loop's handler (raised in a callback or a listener, or
+  a task's exception nobody retrieved) is counted as ``task="event-loop"`` from the first
+  :meth:`run` on that loop on, and logged by the handler that was installed before
+  (asyncio's by default).
 """
 
 from __future__ import annotations
@@ -30,7 +53,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import prometheus_client
 from aiohttp import web
@@ -47,6 +70,7 @@ from controller_runtime.leaderelection import (
     LeaderElectionLostError,
     LeaderElector,
 )
+from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
 from informers import metrics as informer_metrics
 from informers.shared import InformerFactory
 from kubeclient.config import ClusterConfig
@@ -56,6 +80,15 @@ log = logging.getLogger(__name__)
 
 Check = Callable[[], bool | Awaitable[bool]]
 """A health or readiness check: true when healthy."""
+
+METRICS_SERVER = "metrics-server"
+"""The metrics server's task name (metrics label) and ``/healthz`` check name."""
+HEALTH_SERVER = "health-server"
+"""The health-probe server's task name (metrics label)."""
+EVENT_LOOP = "event-loop"
+"""The task name (metrics label) of exceptions that reach the event loop's handler."""
+LISTENER_CHECK_PERIOD = 1.0
+"""Seconds between two checks that a server's listener still serves."""
 
 
 class Runnable(Protocol):
@@ -114,10 +147,16 @@ class Manager:
             else None
         )
         self._healthz: dict[str, Check] = {"ping": lambda: True}
-        self._readyz: dict[str, Check] = {"informers-synced": lambda: self._synced}
+        self._readyz: dict[str, Check] = {
+            "informers-synced": lambda: self._synced,
+            "informers-healthy": lambda: not self.factory.unhealthy(),
+        }
         self._synced = False
         self._stop = asyncio.Event()
         self._runners: list[web.AppRunner] = []
+        # The listening servers by task name, and the tasks that keep them serving.
+        self._listeners: dict[str, asyncio.Server] = {}
+        self._server_tasks: list[asyncio.Task[None]] = []
         self.metrics_url: str | None = None
         self.health_url: str | None = None
         self.is_leader = False
@@ -157,6 +196,10 @@ class Manager:
 
     async def run(self) -> None:
         """Run until :meth:`request_stop`; see the module docstring."""
+        _count_loop_exceptions(asyncio.get_running_loop())
+        await self._run()
+
+    async def _run(self) -> None:
         try:
             await self._serve()
             for runnable in self.runnables:
@@ -167,6 +210,15 @@ class Manager:
                 await self._lead()
             else:
                 await self._campaign(self.elector)
+        except (LeaderElectionLostError, asyncio.CancelledError):
+            raise
+        except Exception as err:
+            log.error(
+                "the manager failed (%s); shutting down so that the process exits non-zero",
+                type(err).__name__,
+                exc_info=err,
+            )
+            raise
         finally:
             await self._shutdown()
 
@@ -188,6 +240,9 @@ class Manager:
         try:
             done, _ = await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if acquiring in done:
+                error = acquiring.exception()
+                if error is not None and not isinstance(error, LeaderElectionLostError):
+                    TASK_FAILURES.labels("leader-election").inc()
                 acquiring.result()  # LeaderElectionLostError propagates: exit non-zero
                 return
             # Stop requested: if leading, _lead drains and returns, and run() releases.
@@ -234,17 +289,28 @@ class Manager:
             self.is_leader = False
 
     async def _shutdown(self) -> None:
+        """Stop everything; a step that fails is logged (with its traceback) and the next
+        step still runs."""
         for controller in self.controllers:
-            with contextlib.suppress(Exception):
-                await controller.stop(0)
+            await _logged(f"stopping controller {controller.name!r}", controller.stop(0))
         for runnable in self.runnables:
-            with contextlib.suppress(Exception):
-                await runnable.stop(0)
-        await self.cache.stop()
-        for runner in self._runners:
-            await runner.cleanup()
+            await _logged(f"stopping runnable {runnable!r}", runnable.stop(0))
+        await _logged("stopping the informers", self.cache.stop())
+        for task in self._server_tasks:
+            task.cancel()
+        for task in self._server_tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await _logged("stopping a server's supervisor", task)
+        self._server_tasks = []
+        for listener in self._listeners.values():
+            listener.close()  # no new connections
+        for runner in self._runners:  # closes the open ones
+            await _logged("cleaning up an HTTP server", runner.cleanup())
         self._runners = []
-        await self.transport.close()
+        for name, listener in self._listeners.items():
+            await _logged(f"closing the {name}", listener.wait_closed())
+        self._listeners = {}
+        await _logged("closing the API server connections", self.transport.close())
 
     # -- HTTP endpoints ---------------------------------------------------------------------
 
@@ -254,21 +320,78 @@ class Manager:
         if metrics_at is not None:
             app = web.Application()
             app.router.add_get("/metrics", self._metrics)
-            self.metrics_url = await self._start_site(app, metrics_at)
+            self.metrics_url = await self._start_server(METRICS_SERVER, app, metrics_at)
+            self._healthz.setdefault(METRICS_SERVER, lambda: self._serving(METRICS_SERVER))
         if health_at is not None:
             app = web.Application()
             app.router.add_get("/healthz", self._health_handler(self._healthz))
             app.router.add_get("/readyz", self._health_handler(self._readyz))
-            self.health_url = await self._start_site(app, health_at)
+            self.health_url = await self._start_server(HEALTH_SERVER, app, health_at)
 
-    async def _start_site(self, app: web.Application, at: tuple[str, int]) -> str:
+    def _serving(self, name: str) -> bool:
+        listener = self._listeners.get(name)
+        return listener is not None and listener.is_serving()
+
+    async def _start_server(self, name: str, app: web.Application, at: tuple[str, int]) -> str:
+        """Serve ``app`` on ``at`` (a failure to bind raises: the process cannot start), and
+        keep it serving from a supervisor task. Returns the URL (the port, if 0 was asked
+        for, is kept across restarts)."""
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, at[0], at[1])
-        await site.start()
         self._runners.append(runner)
-        host, port = runner.addresses[0][:2]
+        listener = await self._listen(name, runner, at)
+        host, port = listener.sockets[0].getsockname()[:2]
+        self._server_tasks.append(
+            asyncio.create_task(
+                self._keep_serving(name, runner, (at[0], port)), name=f"manager-{name}"
+            )
+        )
         return f"http://{host}:{port}"
+
+    async def _listen(
+        self, name: str, runner: web.AppRunner, at: tuple[str, int]
+    ) -> asyncio.Server:
+        assert runner.server is not None  # set up
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(runner.server, at[0], at[1], reuse_address=True)
+        self._listeners[name] = listener
+        return listener
+
+    async def _keep_serving(self, name: str, runner: web.AppRunner, at: tuple[str, int]) -> None:
+        """Supervise one server: when its listener stops for any reason but our own stop,
+        log and count it, and listen again on the same address with backoff."""
+        failures = 0
+        while True:
+            listener = self._listeners.get(name)
+            error: BaseException | None = None
+            try:
+                if listener is None:
+                    listener = await self._listen(name, runner, at)
+                    TASK_RESTARTS.labels(name).inc()
+                    log.warning("the %s listens again on %s:%d", name, *at)
+                    failures = 0
+                # Polled: no event announces a listener closed elsewhere, and serve_forever()
+                # closes the server and waits for its connections when cancelled, which a
+                # scraper's keep-alive connection could hold up at shutdown.
+                while listener.is_serving():  # noqa: ASYNC110 (see above)
+                    await asyncio.sleep(LISTENER_CHECK_PERIOD)
+            except Exception as err:
+                error = err
+            failures += 1
+            self._listeners.pop(name, None)
+            if listener is not None:
+                listener.close()
+            TASK_FAILURES.labels(name).inc()
+            delay = min(0.5 * 2 ** (failures - 1), 30.0)
+            log.error(
+                "the %s on %s:%d stopped (%s); listening again in %.1fs",
+                name,
+                *at,
+                type(error).__name__ if error is not None else "closed",
+                delay,
+                exc_info=error,
+            )
+            await asyncio.sleep(delay)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = b"".join(
@@ -300,6 +423,42 @@ class Manager:
             return web.Response(status=200 if healthy else 503, text=text)
 
         return handle
+
+
+LoopExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+class _CountingExceptionHandler:
+    """An event-loop exception handler that counts what reaches it (an exception raised in a
+    callback or a listener, a task's exception nobody retrieved) as
+    ``controller_runtime_task_failures_total{task="event-loop"}``, then hands it to
+    ``previous`` (by default asyncio's, which logs it with its traceback)."""
+
+    def __init__(self, previous: LoopExceptionHandler | None) -> None:
+        self.previous = previous
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        TASK_FAILURES.labels(EVENT_LOOP).inc()
+        if self.previous is not None:
+            self.previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+
+def _count_loop_exceptions(loop: asyncio.AbstractEventLoop) -> None:
+    """Install the counting handler on ``loop`` once, wrapping the handler in place. It stays
+    for the loop's lifetime: several managers may share a loop and stop in any order, so
+    none of them can safely put the previous handler back."""
+    if not isinstance(loop.get_exception_handler(), _CountingExceptionHandler):
+        loop.set_exception_handler(_CountingExceptionHandler(loop.get_exception_handler()))
+
+
+async def _logged(what: str, step: Awaitable[object]) -> None:
+    """Await one shutdown step; log (with its traceback) instead of raising if it fails."""
+    try:
+        await step
+    except Exception as err:
+        log.warning("shutdown: %s failed (%s); going on", what, type(err).__name__, exc_info=err)
 
 
 def install_uvloop() -> bool:

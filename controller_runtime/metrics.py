@@ -33,6 +33,8 @@ __all__ = [
     "RECONCILE_TOTAL",
     "REGISTRY",
     "STALE_SKIPS",
+    "TASK_FAILURES",
+    "TASK_RESTARTS",
     "TERMINAL_RECONCILE_ERRORS",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_BUCKETS",
@@ -273,6 +275,27 @@ STALE_SKIPS = Counter(
     "Total number of reconciles deferred because the cache had not yet observed the "
     "controller's own writes, per controller",
     CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+
+
+# --- Supervision -------------------------------------------------------------------------------
+#
+# The manager's long-running tasks (leader election, the metrics and health servers, the
+# controllers' workers) and what happened to them when they failed unexpectedly. ``task`` names
+# the kind of task (``leader-election``, ``metrics-server``, ``health-server``,
+# ``controller-worker``); the values are documented in docs/manager.md.
+
+TASK_FAILURES = Counter(
+    "controller_runtime_task_failures_total",
+    "Unexpected exceptions in the manager's long-running tasks, by task",
+    ("task",),
+    registry=REGISTRY,
+)
+TASK_RESTARTS = Counter(
+    "controller_runtime_task_restarts_total",
+    "Restarts of the manager's long-running tasks after an unexpected failure, by task",
+    ("task",),
     registry=REGISTRY,
 )
 

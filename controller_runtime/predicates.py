@@ -14,6 +14,13 @@ fast and must not block. They see the delta the informer hands to every handler:
 is decoded lazily, on first access, once for all handlers; predicates that only look at the
 new object never pay for it.
 
+**A UID change is a new object.** An object deleted and re-created under the same name while
+the informer did not see it (after a relist, or a watch resuming after a gap) reaches
+predicates as the ``DELETED`` of the old object and the ``ADDED`` of the new one, never as one
+update, so every predicate here lets the new object through as a create. Should an update
+whose old and new UIDs differ come from another source anyway, the ``...Changed`` predicates
+below pass it (old and new are different objects, whatever their fields say).
+
 Mapping to controller-runtime's ``pkg/predicate``: ``Funcs`` is :class:`PredicateFuncs`,
 ``NewPredicateFuncs(f)`` is a plain function, ``And``/``Or``/``Not`` are
 :func:`and_`/:func:`or_`/:func:`not_`; ``LabelChangedPredicate`` and
@@ -110,8 +117,14 @@ def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return meta if meta is not None else {}
 
 
+def _other_object(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Old and new are two objects (their UIDs differ), not two versions of one."""
+    return _meta(new).get("uid") != _meta(old).get("uid")
+
+
 class GenerationChanged(Predicate):
-    """Passes updates that changed ``metadata.generation``; creates and deletes pass.
+    """Passes updates that changed ``metadata.generation`` or the UID; creates and deletes
+    pass.
 
     The API server bumps ``generation`` on writes to an object's spec, so this skips updates
     that only touched metadata (labels, annotations, finalizers, owner references) or status.
@@ -132,7 +145,10 @@ class GenerationChanged(Predicate):
         old = delta.old
         if old is None:  # a MODIFIED delta always carries the old state; be safe anyway
             return False
-        return _meta(delta.obj).get("generation") != _meta(old).get("generation")
+        new = delta.obj
+        return _meta(new).get("generation") != _meta(old).get("generation") or _other_object(
+            new, old
+        )
 
 
 class ResourceVersionChanged(Predicate):
@@ -153,7 +169,23 @@ class ResourceVersionChanged(Predicate):
 
 
 class LabelsChanged(Predicate):
-    """Passes updates that changed ``metadata.labels`` (no labels equals empty labels);
+    """Passes updates that changed ``metadata.labels`` (no labels equals empty labels) or the
+    UID; creates and deletes pass."""
+
+    __slots__ = ()
+
+    def update(self, delta: StoreDelta) -> bool:
+        old = delta.old
+        if old is None:
+            return False
+        new = delta.obj
+        return (_meta(new).get("labels") or {}) != (_meta(old).get("labels") or {}) or (
+            _other_object(new, old)
+        )
+
+
+class AnnotationsChanged(Predicate):
+    """Passes updates that changed ``metadata.annotations`` (none equals empty) or the UID;
     creates and deletes pass."""
 
     __slots__ = ()
@@ -162,20 +194,10 @@ class LabelsChanged(Predicate):
         old = delta.old
         if old is None:
             return False
-        return (_meta(delta.obj).get("labels") or {}) != (_meta(old).get("labels") or {})
-
-
-class AnnotationsChanged(Predicate):
-    """Passes updates that changed ``metadata.annotations`` (none equals empty); creates and
-    deletes pass."""
-
-    __slots__ = ()
-
-    def update(self, delta: StoreDelta) -> bool:
-        old = delta.old
-        if old is None:
-            return False
-        return (_meta(delta.obj).get("annotations") or {}) != (_meta(old).get("annotations") or {})
+        new = delta.obj
+        return (_meta(new).get("annotations") or {}) != (_meta(old).get("annotations") or {}) or (
+            _other_object(new, old)
+        )
 
 
 class LabelSelectorPredicate(Predicate):

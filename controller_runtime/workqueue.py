@@ -6,7 +6,9 @@ Guarantees of :class:`WorkQueue`:
   again until :meth:`WorkQueue.done` is called for it, so no two workers ever process the same
   key at once.
 - **Deduplication.** An item is queued at most once. Adding a queued item again keeps the
-  higher priority and the earlier ready time (controller-runtime's priority queue).
+  higher priority and the earlier ready time (controller-runtime's priority queue). Raising
+  the priority of a ready item places it at the end of its new priority level, behind the
+  items already there (as controller-runtime's priority queue does since v0.23).
 - **No lost adds.** An item added while it is being processed is remembered (with its priority
   and ready time) and queued again by ``done``.
 - **Delays.** An item added with a delay is never handed out before its ready time; a waiting
@@ -14,7 +16,8 @@ Guarantees of :class:`WorkQueue`:
   never armed for less than 1 ms).
 - **Priorities.** Higher priority first; within a priority, first ready first out. An item's
   ready time is when it was added, or its delay's end; ties go to the item added first. A
-  re-add made during processing keeps the time it was made (as controller-runtime does).
+  re-add made during processing keeps the time it was made (as controller-runtime does). A
+  ready item whose priority is raised counts, within its new level, as ready at the raise.
 - **No starvation.** Every ``oldest_every``-th hand-out (default 10) takes the item with the
   earliest ready time, whatever its priority. So while an item is the oldest ready item, at
   most ``oldest_every - 1`` other items are handed out before it, and an item with k items
@@ -25,9 +28,20 @@ Guarantees of :class:`WorkQueue`:
   change, defeating the point of the low priority, while a fixed share keeps fresh changes
   first (9 hand-outs in 10 by default) and still drains the backlog at a known minimum rate.
 
+- **No memory of the past.** Once an item has been handed out and marked done (and, if it
+  was rate limited, forgotten), the queue holds no reference to it: memory is proportional
+  to the items queued or in flight now, never to the number of distinct keys ever seen.
+  (Stale heap entries may outlive their item for a while, but they no longer point at it.)
+
+Metrics count as controller-runtime's priority queue does: ``workqueue_adds_total`` counts an
+add when the item becomes ready, or at once when it is added while being processed;
+``workqueue_retries_total`` counts every add with a positive delay (:meth:`WorkQueue.add_after`
+and :meth:`WorkQueue.add_rate_limited`). client-go also counts ``AddAfter`` with a zero delay.
+
 Costs: O(log n) per add, delayed add and get (binary heaps with lazy deletion; stale heap
-entries are compacted away once they outnumber live ones), O(1) per ``done`` unless it
-re-queues the item. About 300 B of Python heap per queued key, besides the key itself.
+entries are compacted away once they outnumber live ones, and dropped at once whenever no
+item is ready), O(1) per ``done`` unless it re-queues the item. About 300 B of Python heap
+per queued key, besides the key itself.
 
 Caveats: a queue belongs to one event loop and is not thread-safe; from another thread, use
 ``loop.call_soon_threadsafe(queue.add, item)``. Items must be hashable and should be small
@@ -43,7 +57,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from controller_runtime import metrics as _metrics
 from controller_runtime.ratelimiter import RateLimiter, default_controller_rate_limiter
@@ -84,14 +98,17 @@ class QueueShutDownError(Exception):
 
 
 class _Entry(Generic[T]):
-    __slots__ = ("key", "priority", "ready_at", "seq", "state")
+    __slots__ = ("counted", "key", "priority", "ready_at", "seq", "state")
 
     def __init__(self, key: T, priority: int, ready_at: float, seq: int, state: int) -> None:
-        self.key = key
+        # The key is dropped (None) once the entry is handed out, so that stale heap tuples
+        # pointing at the entry never keep the item alive.
+        self.key: T | None = key
         self.priority = priority
         self.ready_at = ready_at
         self.seq = seq
         self.state = state
+        self.counted = False  # counted in workqueue_adds_total
 
 
 class WorkQueue(Generic[T]):
@@ -112,7 +129,9 @@ class WorkQueue(Generic[T]):
 
     Shutdown differs from client-go's and follows controller-runtime's priority queue: after
     :meth:`shutdown`, ``get`` raises at once (queued items are dropped, not handed out), adds
-    are ignored, and items already handed out may still be marked ``done``.
+    are ignored, and items already handed out may still be marked ``done``. As in client-go,
+    :meth:`shutdown` called while :meth:`shutdown_with_drain` waits makes the drain stop
+    waiting.
     """
 
     def __init__(
@@ -181,7 +200,9 @@ class WorkQueue(Generic[T]):
         if entry is None:
             now = self._clock()
             if item in self._processing:
-                self._entries[item] = _Entry(item, priority, now, next(self._seq), _PARKED)
+                parked = _Entry(item, priority, now, next(self._seq), _PARKED)
+                self._entries[item] = parked
+                self._count_add(parked)
             else:
                 entry = _Entry(item, priority, now, next(self._seq), _READY)
                 self._entries[item] = entry
@@ -199,6 +220,7 @@ class WorkQueue(Generic[T]):
             self._push_ready(entry)
         else:  # parked: ready as soon as done() is called
             entry.ready_at = min(entry.ready_at, self._clock())
+            self._count_add(entry)
 
     def add_after(self, item: T, delay: float, *, priority: int = 0) -> None:
         """Queue ``item`` once ``delay`` seconds have passed (ignored after shutdown).
@@ -211,6 +233,8 @@ class WorkQueue(Generic[T]):
             return
         if self._shutting_down:
             return
+        if self._m_retries is not None:
+            self._m_retries()
         now = self._clock()
         ready_at = now + delay
         entry = self._entries.get(item)
@@ -236,15 +260,13 @@ class WorkQueue(Generic[T]):
                 entry.ready_at = ready_at
 
     def add_rate_limited(self, item: T, *, priority: int = 0) -> None:
-        """Queue ``item`` after the delay its rate limiter gives (and count a retry).
+        """Queue ``item`` after the delay its rate limiter gives (a retry if it is positive).
 
         Pass the priority the item was handed out with (:meth:`get_with_priority`) to keep it
         across retries, as controller-runtime does.
         """
         if self._shutting_down:
             return
-        if self._m_retries is not None:
-            self._m_retries()
         self.add_after(item, self.rate_limiter.when(item), priority=priority)
 
     def forget(self, item: T) -> None:
@@ -267,9 +289,9 @@ class WorkQueue(Generic[T]):
     async def get_with_priority(self) -> tuple[T, int]:
         """Like :meth:`get`, also returning the priority the item was queued with."""
         while True:
-            entry = self._take()
-            if entry is not None:
-                return entry.key, entry.priority
+            taken = self._take()
+            if taken is not None:
+                return taken
             if self._waiting and self._timer is None:
                 # Delayed adds made outside a running loop could not arm the timer.
                 self._arm_timer(self._clock())
@@ -291,10 +313,10 @@ class WorkQueue(Generic[T]):
         Raises :class:`QueueShutDownError` once shut down, :class:`asyncio.QueueEmpty` if no
         item is ready.
         """
-        entry = self._take()
-        if entry is None:
+        taken = self._take()
+        if taken is None:
             raise asyncio.QueueEmpty
-        return entry.key
+        return taken[0]
 
     def done(self, item: T) -> None:
         """Mark ``item`` as processed: it may be handed out again.
@@ -359,8 +381,14 @@ class WorkQueue(Generic[T]):
     def shutdown(self) -> None:
         """Stop the queue: drop queued items, ignore new adds, make every ``get`` raise.
 
-        Items being processed are unaffected; their ``done`` is still accepted. Idempotent.
+        Items being processed are unaffected; their ``done`` is still accepted. Idempotent,
+        except that a call while :meth:`shutdown_with_drain` waits makes that drain return
+        ``False`` at once (client-go's "force ShutDownWithDrain to stop waiting").
         """
+        drained = self._drained
+        if drained is not None and not drained.done():
+            self._drained = None
+            drained.set_result(None)
         if self._shutting_down:
             return
         self._shutting_down = True
@@ -369,6 +397,7 @@ class WorkQueue(Generic[T]):
             self._timer = None
         for entry in self._entries.values():
             entry.state = _GONE
+            entry.key = None
         self._entries.clear()
         self._ready.clear()
         self._fifo.clear()
@@ -385,7 +414,8 @@ class WorkQueue(Generic[T]):
         """:meth:`shutdown`, then wait until every handed-out item is ``done``.
 
         Returns ``True`` once drained, ``False`` if ``timeout`` seconds passed first (``None``,
-        the default, waits forever). Cancelling the caller does not affect the queue.
+        the default, waits forever) or if :meth:`shutdown` was called meanwhile to stop the
+        wait. Cancelling the caller does not affect the queue.
         """
         self.shutdown()
         if not self._processing:
@@ -397,9 +427,15 @@ class WorkQueue(Generic[T]):
                 await asyncio.shield(self._drained)
         except TimeoutError:
             return False
-        return True
+        return not self._processing
 
     # --- internals --------------------------------------------------------------------------
+
+    def _count_add(self, entry: _Entry[T]) -> None:
+        if not entry.counted:
+            entry.counted = True
+            if self._m_adds is not None:
+                self._m_adds()
 
     def _push_ready(self, entry: _Entry[T]) -> None:
         entry.state = _READY
@@ -408,16 +444,19 @@ class WorkQueue(Generic[T]):
             heapq.heappush(self._fifo, (entry.ready_at, entry.seq, entry))
         self._n_ready += 1
         self._depth[entry.priority] = self._depth.get(entry.priority, 0) + 1
-        if self._m_adds is not None:
-            self._m_adds()
+        if not entry.counted:
+            self._count_add(entry)
         if self._getters:
             self._wake_one()
 
     def _raise_ready_priority(self, entry: _Entry[T], priority: int) -> None:
+        """Move a ready entry to the end of a higher priority level. Its ready time (for
+        fairness turns and the queue-duration metric) is unchanged."""
         self._depth[entry.priority] -= 1
         self._depth[priority] = self._depth.get(priority, 0) + 1
         entry.priority = priority
-        heapq.heappush(self._ready, (-priority, entry.ready_at, entry.seq, entry))
+        ranked_at = max(self._clock(), entry.ready_at)
+        heapq.heappush(self._ready, (-priority, ranked_at, next(self._seq), entry))
         self._ready_stale += 1
         self._compact_ready_heaps()
 
@@ -465,7 +504,8 @@ class WorkQueue(Generic[T]):
             else:
                 self._waiting_stale -= 1
 
-    def _take(self) -> _Entry[T] | None:
+    # The hand-out path of every reconcile, kept in one function on purpose (no extra calls).
+    def _take(self) -> tuple[T, int] | None:  # noqa: PLR0912
         if self._shutting_down:
             raise QueueShutDownError(f"work queue {self.name!r} is shut down")
         now = self._clock()
@@ -491,15 +531,22 @@ class WorkQueue(Generic[T]):
                 self._ready_stale -= 1
             if self._oldest_every:
                 self._fifo_stale += 1
+        key = cast("T", entry.key)
         entry.state = _GONE
-        del self._entries[entry.key]
+        entry.key = None
+        del self._entries[key]
         self._n_ready -= 1
         self._depth[entry.priority] -= 1
-        self._processing[entry.key] = now
+        self._processing[key] = now
         if self._m_queue_duration is not None:
             self._m_queue_duration(now - entry.ready_at)
-        self._compact_ready_heaps()
-        return entry
+        if self._n_ready:
+            self._compact_ready_heaps()
+        else:  # every tuple left in the ready heaps is stale: drop them all
+            self._ready.clear()
+            self._fifo.clear()
+            self._ready_stale = self._fifo_stale = 0
+        return key, entry.priority
 
     def _compact_ready_heaps(self) -> None:
         if self._ready_stale > _COMPACT_SLACK + (len(self._ready) >> 1):

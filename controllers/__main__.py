@@ -7,6 +7,7 @@ leadership was lost or a cache did not sync, 2 for bad flags.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import sys
 from collections.abc import Sequence
@@ -18,7 +19,15 @@ __all__ = ["main", "parser", "settings_from"]
 log = logging.getLogger("controllers")
 
 
+def enable_crash_tracebacks() -> None:
+    """Dump every thread's Python traceback to stderr if the process dies of a fatal signal
+    (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL), e.g. an abort inside the event loop's C code:
+    the Pod's last log then says where, instead of nothing."""
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    enable_crash_tracebacks()
     settings = settings_from(argv)  # --help and bad flags end here, before anything loads
     # The runtime and the controllers are imported after the flags are read (seconds of
     # imports that --help should not wait for).

@@ -129,7 +129,8 @@ async def setup_controllers(manager: Manager, settings: OperatorSettings) -> Non
         await CONTROLLERS[name](manager, ControllerOptions(max_concurrent_reconciles=workers))
 
 
-async def run_operator(settings: OperatorSettings) -> int:
+# One exit status per way the operator can end, each with its own message.
+async def run_operator(settings: OperatorSettings) -> int:  # noqa: PLR0911
     """Run until SIGTERM/SIGINT. Returns the process exit status."""
     try:
         config = await load_config(settings.kubeconfig, settings.context)
@@ -166,6 +167,10 @@ async def run_operator(settings: OperatorSettings) -> int:
         return 1
     except CacheSyncTimeoutError as err:
         log.error("%s", err)
+        return 1
+    except Exception as err:
+        # Logged with its traceback by Manager.run; exit non-zero so that the Pod restarts.
+        log.error("operator failed (%s: %s); exiting with status 1", type(err).__name__, err)
         return 1
     log.info("operator stopped")
     return 0

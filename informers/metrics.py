@@ -57,6 +57,20 @@ HANDLER_ERRORS = Counter(
     ("resource",),
     registry=REGISTRY,
 )
+MALFORMED_EVENTS = Counter(
+    "informer_malformed_events_total",
+    "Watch lines that were not a usable event (each closes the watch and relists), and listed "
+    "or watched objects the store could not take (each ignored).",
+    ("resource", "what"),
+    registry=REGISTRY,
+)
+REFLECTOR_RESTARTS = Counter(
+    "informer_reflector_restarts_total",
+    "Reflector tasks that ended unexpectedly (a bug, logged with its traceback) and were "
+    "restarted by their informer after a backoff.",
+    ("resource",),
+    registry=REGISTRY,
+)
 STORE_OBJECTS = Gauge(
     "informer_store_objects",
     "Objects in the informer's store.",

@@ -7,15 +7,33 @@ store change to a sink (the shared informer's fan-out).
 
 Guarantees:
 
-* Never raises out of :meth:`Reflector.run` except ``CancelledError``: every failure of the
-  wire becomes an input of the machine, which backs off and recovers.
+* Never raises out of :meth:`Reflector.run` on anything the wire can do, only
+  ``CancelledError``: every failure of the wire becomes an input of the machine, which backs
+  off and recovers. That includes connection errors that are not ``aiohttp.ClientError`` (an
+  ``OSError``, or uvloop's ``RuntimeError: File descriptor N is used by transport``) raised
+  while opening or reading a LIST or a watch. A bug of ours that still escapes ends
+  :meth:`~Reflector.run`; the shared informer restarts it (see :mod:`informers.shared`).
 * A line cut mid-object is never decoded: the framing only yields complete lines, and a
   stream that ends with a partial line is reported as a cut (re-watch from the last complete
   event's resourceVersion).
-* A line that is not valid JSON closes the watch (logged and counted); the machine re-watches
-  from the last good resourceVersion. One bad line never stops the informer.
+* One bad line never stops the informer. A line that is not a usable event (not JSON, not a
+  JSON object, ``type`` not a string, ``object`` not an object for ADDED/MODIFIED/DELETED, or
+  any shape that makes taking it apart raise) is fed to the machine as
+  :meth:`~informers.reflector_machine.ReflectorMachine.watch_event_malformed`: the watch is
+  closed, and after backoff the informer relists (like client-go). Logged with the resource
+  and counted in ``informer_malformed_events_total{what="event"}``. An event or listed item
+  whose object the store cannot take (no name, an index function that raises, a transform
+  that raises) is ignored, logged and counted (``what="object"``). BOOKMARK and ERROR events
+  of any shape are inputs of the machine (see its docstring).
 * Backpressure: the sink is awaited for every batch of changes, so a slow consumer slows the
-  reading of the socket instead of growing memory.
+  reading of the socket instead of growing memory. The idle timer of a watch measures only
+  the server's silence: it is suspended while the reflector waits on the sink, so a slow
+  handler is never mistaken for a dead connection.
+* Resume point: the resourceVersion a watch resumes from (or a relist starts at) never runs
+  ahead of what the sink has been given. An event's change reaches the sink before the next
+  line is read, and nothing but cancellation can interrupt the hand-off (the idle timer is
+  off during it). Caveat: if the reflector itself crashes during a hand-off (a bug), the
+  restarted reflector relists, and the relist only reports what differs from the store.
 """
 
 from __future__ import annotations
@@ -40,6 +58,7 @@ from informers.reflector_machine import (
     Log,
     ReflectorMachine,
     ReflectorOptions,
+    ReflectorProtocolError,
     Relisting,
     ReplaceStore,
     Sleep,
@@ -48,7 +67,7 @@ from informers.reflector_machine import (
     WatchRequest,
     WatchRestarted,
 )
-from informers.store import EventType, Prepared, Store, StoreDelta
+from informers.store import ADDED, EventType, Prepared, Store, StoreDelta, split_uid_change
 from kubeclient.discovery import ResourceInfo
 from kubeclient.errors import ApiError
 from kubeclient.transport import Transport
@@ -63,6 +82,13 @@ DeltaSink = Callable[[Sequence[StoreDelta], bool], Awaitable[None]]
 
 METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, RuntimeError)
+"""What a LIST or a watch may raise when the connection fails. ``OSError`` covers
+``ConnectionError`` and socket errors; ``RuntimeError`` covers uvloop's
+``File descriptor N is used by transport`` (MagicStack/uvloop#653) and its like. Our own
+:class:`~informers.reflector_machine.ReflectorProtocolError` (a ``RuntimeError``) is re-raised:
+it is a bug, not a connection failure."""
 
 
 def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -112,9 +138,9 @@ class Reflector:
         self.metadata_only = metadata_only
         self.sink: DeltaSink = sink or _discard
         self.on_synced = on_synced
-        self.machine = ReflectorMachine(
-            options or ReflectorOptions(), rng=rng, key_of=_prepared_key, rv_of=_prepared_rv
-        )
+        self._options = options or ReflectorOptions()
+        self._rng = rng
+        self.machine = self._new_machine()
         self.synced = asyncio.Event()
         self._path = resource.path(namespace)
         self._selectors = selector_params(label_selector, field_selector)
@@ -127,6 +153,8 @@ class Reflector:
             t: metrics.EVENTS.labels(label, t)
             for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
         }
+        self._malformed_events = metrics.MALFORMED_EVENTS.labels(label, "event")
+        self._malformed_objects = metrics.MALFORMED_EVENTS.labels(label, "object")
         # Read at scrape time: nothing to update per event.
         metrics.STORE_OBJECTS.labels(label).set_function(store.__len__)
         self._label = label
@@ -137,10 +165,22 @@ class Reflector:
         scope = f" in {self.namespace}" if self.namespace else ""
         return f"{self.resource.group_resource}{scope}"
 
+    def _new_machine(self) -> ReflectorMachine:
+        return ReflectorMachine(
+            self._options, rng=self._rng, key_of=_prepared_key, rv_of=_prepared_rv
+        )
+
     async def run(self) -> None:
-        """Run until cancelled. Stops the machine (and closes any watch) on the way out."""
+        """Run until cancelled. Stops the machine (and closes any watch) on the way out.
+
+        May be called again after it ended (the informer's supervisor does, after a crash):
+        a fresh machine then starts with a full sync, whose relist reports what changed
+        against the store as it was left.
+        """
         loop = asyncio.get_running_loop()
         self._loop_time = loop.time
+        if self.machine.state is not State.EMPTY:
+            self.machine = self._new_machine()
         effects = self.machine.start(loop.time())
         try:
             while True:
@@ -189,18 +229,28 @@ class Reflector:
         Objects buffered for an atomic swap (list pages, a streaming list) keep only their
         bytes; ``keep_object`` keeps the dict for a live event, whose handlers read it anyway.
         """
-        if self.transform is not None:
-            obj = self.transform(obj)
         try:
+            if self.transform is not None:
+                obj = self.transform(obj)
             prepared = self.store.prepare(obj)
-        except (ValueError, TypeError) as err:
-            log.error("%s: ignoring an object: %s", self.description, err)
+        except Exception as err:  # a shape the store or the transform cannot take
+            self._malformed_objects.inc()
+            log.error(
+                "%s: ignoring an object the store cannot take (%s: %s)",
+                self.description,
+                type(err).__name__,
+                err,
+            )
             return None
         return prepared if keep_object else prepared.drop_object()
 
     async def _apply(self, event_type: str, prepared: Prepared) -> None:
         delta = self.store.apply_prepared(_event_type(event_type), prepared)
         if delta is not None:
+            if delta.type == ADDED and delta.has_old:
+                # The key now holds another object (its UID changed): a delete, then an add.
+                await self.sink(split_uid_change(delta), False)
+                return
             await self.sink((delta,), False)
 
     async def _replace(self, items: list[Prepared], resource_version: str) -> None:
@@ -237,20 +287,39 @@ class Reflector:
             )
         except orjson.JSONDecodeError as err:
             return self.machine.list_failed(self._loop_time(), 0, message=f"bad JSON: {err}")
-        meta = body.get("metadata") or {}
+        except ReflectorProtocolError:
+            raise
+        except CONNECTION_ERRORS as err:
+            log.info("%s: LIST connection failed (%r)", self.description, err)
+            return self.machine.list_failed(
+                self._loop_time(), 0, reason="ConnectionError", message=repr(err)
+            )
+        try:
+            meta = body.get("metadata") or {}
+            resource_version = meta.get("resourceVersion") or ""
+            continue_token = meta.get("continue") or ""
+            raw_items = body.get("items") or ()
+            if not isinstance(resource_version, str) or not isinstance(continue_token, str):
+                raise TypeError("metadata.resourceVersion and metadata.continue must be strings")
+        except (AttributeError, TypeError) as err:
+            return self.machine.list_failed(
+                self._loop_time(), 500, reason="BadList", message=f"malformed list: {err}"
+            )
         # List items omit apiVersion and kind; cached objects should carry them.
         api_version, kind = self._item_api_version, self._item_kind
         items: list[Prepared] = []
-        for item in body.get("items") or ():
+        for item in raw_items:
+            if type(item) is not dict:
+                self._malformed_objects.inc()
+                log.error("%s: ignoring a list item that is not an object", self.description)
+                continue
             item["apiVersion"] = api_version
             item["kind"] = kind
             prepared = self._prepare(item, keep_object=False)
             if prepared is not None:
                 items.append(prepared)
-        del body
-        return self.machine.list_page(
-            self._loop_time(), items, meta.get("resourceVersion") or "", meta.get("continue") or ""
-        )
+        del body, raw_items
+        return self.machine.list_page(self._loop_time(), items, resource_version, continue_token)
 
     # One return per way a watch ends, each handed to the machine as its own input.
     async def _watch(self, request: WatchRequest) -> list[Effect]:  # noqa: PLR0911
@@ -274,14 +343,17 @@ class Reflector:
                     reader = response.content
                     while True:
                         idle.reschedule(loop.time() + request.idle_timeout_seconds)
-                        chunk = await reader.readany()
+                        try:
+                            chunk = await reader.readany()
+                        except RuntimeError as err:  # uvloop's fd reuse and its like
+                            raise ConnectionError(f"reading the watch failed: {err!r}") from err
+                        # The idle timer measures the server's silence, not the time handlers
+                        # take: off while this chunk's events are handed over.
+                        idle.reschedule(None)
                         if not chunk:
                             break
                         for line in framer.feed(chunk):
-                            event_effects = self._event(line)
-                            if event_effects is None:
-                                return machine.watch_ended(loop.time(), clean=False)
-                            pending = await self._apply_effects(event_effects)
+                            pending = await self._apply_effects(self._event(line))
                             if pending is not None:
                                 return [pending]
         except ApiError as err:
@@ -306,34 +378,48 @@ class Reflector:
         except LineTooLongError as err:
             log.error("%s: %s; reconnecting", self.description, err)
             return machine.watch_ended(loop.time(), clean=False)
-        except (aiohttp.ClientError, ConnectionError) as err:
-            log.info("%s: watch connection lost (%s)", self.description, err or type(err).__name__)
+        except (aiohttp.ClientError, OSError) as err:
+            log.info("%s: watch connection lost (%r)", self.description, err)
             if not started:
                 return machine.watch_failed(
-                    loop.time(), 0, reason="ConnectionError", message=str(err)
+                    loop.time(), 0, reason="ConnectionError", message=repr(err)
                 )
             return machine.watch_ended(loop.time(), clean=False)
         return machine.watch_ended(loop.time(), clean=framer.buffered_bytes == 0)
 
-    def _event(self, line: bytes) -> list[Effect] | None:
-        """Decode one line and feed it to the machine; None when the line is not an event."""
+    def _event(self, line: bytes) -> list[Effect]:
+        """Decode one line and feed it to the machine, as an event or as a malformed one.
+
+        No field is validated up front: the happy path pays only for the ``try``; a shape that
+        makes the decoding below raise is reported to the machine instead.
+        """
         try:
             event = orjson.loads(line)
             event_type = event["type"]
             obj = event["object"]
-        except (orjson.JSONDecodeError, KeyError, TypeError) as err:
-            log.error("%s: undecodable watch line (%d bytes): %s", self.description, len(line), err)
-            return None
-        counter = self._events.get(event_type)
-        if counter is not None:
-            counter.inc()
-        if event_type in ("ADDED", "MODIFIED", "DELETED"):
-            buffered = self.machine.state is State.STREAMING_LIST
-            prepared = self._prepare(obj, keep_object=not buffered)
-            if prepared is None:
-                return []
-            return self.machine.watch_event(self._loop_time(), event_type, prepared)
-        return self.machine.watch_event(self._loop_time(), event_type, obj)
+            if type(event_type) is not str:
+                raise TypeError(f"type is a {type(event_type).__name__}, not a string")
+            counter = self._events.get(event_type)
+            if counter is not None:
+                counter.inc()
+            if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                if type(obj) is not dict:
+                    raise TypeError(f"the {event_type} object is a {type(obj).__name__}")
+                buffered = self.machine.state is State.STREAMING_LIST
+                prepared = self._prepare(obj, keep_object=not buffered)
+                if prepared is None:
+                    return []
+                return self.machine.watch_event(self._loop_time(), event_type, prepared)
+            return self.machine.watch_event(self._loop_time(), event_type, obj)
+        except ReflectorProtocolError:
+            raise
+        except Exception as err:  # any shape of bad line: an input of the machine
+            self._malformed_events.inc()
+            problem = f"{type(err).__name__}: {err}"[:300]
+            log.error(
+                "%s: malformed watch line (%d bytes): %s", self.description, len(line), problem
+            )
+            return self.machine.watch_event_malformed(self._loop_time(), problem)
 
 
 def _prepared_key(item: Prepared) -> str:

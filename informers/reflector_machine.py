@@ -33,7 +33,7 @@ States (see :class:`State`) follow kube-rs's watcher in spirit; every transition
     WATCHING        events, bookmarks (ApplyEvent, Bookmark)    -                   WATCHING
     WATCHING        clean end after >= 1 s or >= 1 event        WATCH_TIMEOUT       WATCHING
     WATCHING        cut, idle, 429, refused, 5xx+Retry-After    REWATCH_LATER       BACKOFF
-    WATCHING        410, 504 too large, very short, other       RELIST_LATER        BACKOFF
+    WATCHING        410, 504 too large, very short, malformed   RELIST_LATER        BACKOFF
     BACKOFF         sleep_done: relist, streaming usable        RESUME_STREAM       STREAMING_LIST
     BACKOFF         sleep_done: relist, or retry a page         RESUME_LIST         LISTING
     BACKOFF         sleep_done: re-watch                        RESUME_WATCH        WATCHING
@@ -63,7 +63,11 @@ and the apiserver; docs/design.md, "Wire semantics are handled on purpose"):
   off and relists; ERROR 504 ResourceVersionTooLarge waits ``retryAfterSeconds`` (default 1 s)
   and relists at ``""``; a 429 or a refused connection backs off (or honours ``Retry-After``) and
   re-watches **without** relisting; anything else (401/403/404/500 ...) is logged, backs off and
-  relists. Nothing raises on server behaviour.
+  relists. A malformed event (:meth:`~ReflectorMachine.watch_event_malformed`: not JSON, not an
+  object, a ``type`` or ``object`` of the wrong shape) closes the watch, backs off and relists,
+  as client-go does with an undecodable event; an ERROR event whose object is not a Status reads
+  as a 500 (relist), a BOOKMARK without a usable resourceVersion is logged and ignored. Nothing
+  raises on server behaviour.
 - A 5xx on the watch request with ``Retry-After`` waits that long and re-watches (what
   client-go's request retry does); without it, backoff and relist.
 - Backoff: 0.8 s, x2, capped at 30 s, each sleep jittered into [d, 2d) like client-go's
@@ -432,14 +436,17 @@ class StatusInfo:
         return text
 
 
-def parse_status(obj: Mapping[str, Any]) -> StatusInfo:
+def parse_status(obj: Any) -> StatusInfo:
     """Read a ``metav1.Status`` dict (an ERROR event's object or a JSON error body).
 
     Tolerant of missing or mistyped fields: a Status without a numeric ``code`` reads as 500,
-    so it is handled as a generic server error. Drivers can use it on HTTP error bodies to fill
-    ``reason``/``retry_after``/``message`` of ``list_failed``/``watch_failed`` (pass the
-    ``ResourceVersionTooLarge`` cause as ``reason`` when :attr:`StatusInfo.too_large`).
+    so it is handled as a generic server error, and anything that is not a JSON object at all
+    (``null``, a string, a list) reads as a 500 ``BadStatus``. Drivers can use it on HTTP error
+    bodies to fill ``reason``/``retry_after``/``message`` of ``list_failed``/``watch_failed``
+    (pass the ``ResourceVersionTooLarge`` cause as ``reason`` when :attr:`StatusInfo.too_large`).
     """
+    if not isinstance(obj, Mapping):
+        return StatusInfo(500, "BadStatus", f"the Status is a {type(obj).__name__}, not an object")
     code = obj.get("code")
     details = obj.get("details")
     retry_after: float | None = None
@@ -464,17 +471,17 @@ def parse_status(obj: Mapping[str, Any]) -> StatusInfo:
     )
 
 
-def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
+def _metadata(obj: Any) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     return meta if isinstance(meta, Mapping) else {}
 
 
-def _object_rv(obj: Mapping[str, Any]) -> str:
+def _object_rv(obj: Any) -> str:
     rv = _metadata(obj).get("resourceVersion")
     return rv if isinstance(rv, str) else ""
 
 
-def _object_key(obj: Mapping[str, Any]) -> str | None:
+def _object_key(obj: Any) -> str | None:
     """``namespace/name`` (or ``name`` when cluster-scoped), like client-go's key function."""
     meta = _metadata(obj)
     name = meta.get("name")
@@ -484,7 +491,7 @@ def _object_key(obj: Mapping[str, Any]) -> str | None:
     return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
 
 
-def _is_initial_events_end(obj: Mapping[str, Any]) -> bool:
+def _is_initial_events_end(obj: Any) -> bool:
     annotations = _metadata(obj).get("annotations")
     return (
         isinstance(annotations, Mapping)
@@ -762,6 +769,40 @@ class ReflectorMachine:
         if self._state is State.STREAMING_LIST:
             return self._stream_event(now, event_type, obj)
         return self._plain_event(event_type, obj)
+
+    def watch_event_malformed(self, now: float, problem: str) -> list[Effect]:
+        """A complete line of the watch body is not a usable event: not JSON, not a JSON
+        object, no ``type`` or ``object``, a ``type`` that is not a string, or an object the
+        driver could not take apart (``metadata`` not an object, ...). ``problem`` says which.
+
+        Handled like client-go, which turns an undecodable event into a watch error: the watch
+        is closed and, after backoff, the machine relists (a streaming list falls back to LIST
+        for this sync). Re-watching from the last good resourceVersion is not enough: a server
+        that produced the line would send the same line again, for ever; a relist decodes every
+        object through the list path instead and converges.
+        """
+        if self._state is State.STOPPED:
+            return []
+        self._expect_watch("watch_event_malformed")
+        self._watch_open = False
+        effects: list[Effect] = [
+            CloseWatch("malformed event"),
+            Log(logging.ERROR, f"malformed watch event ({problem}); relisting after a delay"),
+            Relisting("malformed watch event"),
+        ]
+        if self._state is State.STREAMING_LIST:
+            self._pending = {}
+            self._stream_fallback = True
+            return self._later(
+                now,
+                effects,
+                _Resume.FULL_SYNC,
+                Transition.STREAM_RETRY_LATER,
+                "malformed watch event",
+            )
+        return self._later(
+            now, effects, _Resume.FULL_SYNC, Transition.RELIST_LATER, "malformed watch event"
+        )
 
     # A transition table: one return per case of the table in the module docs.
     def watch_ended(self, now: float, *, clean: bool) -> list[Effect]:  # noqa: PLR0911

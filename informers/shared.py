@@ -17,6 +17,17 @@ Guarantees:
 * An exception in a handler is logged and counted (``informer_handler_errors_total``); it
   never stops the watch or other handlers.
 * Deltas are shared between handlers: treat ``delta.obj``/``delta.old`` as read-only.
+* An object whose UID changed under the same key (deleted and re-created while the informer
+  did not see it: after a relist, or a watch resuming after a gap) reaches handlers as the
+  ``DELETED`` of the old object followed by the ``ADDED`` of the new one, never as one
+  ``MODIFIED``; so every predicate treats the new object as new.
+* Supervision: the reflector never ends on anything the wire does (see
+  :mod:`informers.reflector`). If it still ends for any other reason than cancellation (a bug),
+  the informer logs the traceback, counts it (``informer_reflector_restarts_total``) and
+  restarts it after a backoff (0.8 s doubling to 30 s, jittered into [d, 2d), reset after
+  2 minutes of running). The restarted reflector relists. From the crash until that relist
+  completes, :attr:`SharedInformer.healthy` is False (:attr:`SharedInformer.has_synced` keeps
+  its meaning: the store once held a complete state).
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +56,10 @@ DEFAULT_BUFFER = 1024
 """Deltas a coroutine handler may fall behind before the informer waits for it."""
 
 _SYNC_MARK = object()
+
+RESTART_BACKOFF_INITIAL = 0.8
+RESTART_BACKOFF_CAP = 30.0
+RESTART_BACKOFF_RESET_AFTER = 120.0
 
 
 class Registration:
@@ -169,6 +185,7 @@ class SharedInformer:
     reflector: Reflector = field(init=False)
     _registrations: set[Registration] = field(init=False, default_factory=set)
     _task: asyncio.Task[None] | None = field(init=False, default=None)
+    _down: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.store = Store(indexers=self.indexers)
@@ -186,6 +203,7 @@ class SharedInformer:
             on_synced=self._on_synced,
         )
         self._errors = metrics.HANDLER_ERRORS.labels(self.resource.group_resource)
+        self._restarts = metrics.REFLECTOR_RESTARTS.labels(self.resource.group_resource)
 
     @property
     def description(self) -> str:
@@ -199,12 +217,47 @@ class SharedInformer:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    @property
+    def healthy(self) -> bool:
+        """True when the cache can be trusted to follow the server: started, synced, and the
+        reflector has not crashed since its last complete sync (a crashed reflector makes this
+        False until its restart has relisted). Connection trouble the reflector handles itself
+        (backoff, re-watch, relist) does not make an informer unhealthy."""
+        return self.running and self.store.has_synced and not self._down
+
     def start(self) -> None:
-        """Start the reflector (idempotent)."""
+        """Start the reflector under supervision (idempotent)."""
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
-                self.reflector.run(), name=f"reflector-{self.description}"
+                self._supervise(), name=f"reflector-{self.description}"
             )
+
+    async def _supervise(self) -> None:
+        """Run the reflector; restart it with backoff whenever it ends unexpectedly."""
+        loop = asyncio.get_running_loop()
+        step = 0
+        while True:
+            started = loop.time()
+            try:
+                await self.reflector.run()
+                problem: BaseException = RuntimeError("the reflector returned")
+            except Exception as err:  # a bug: the wire's failures never get here
+                problem = err
+            self._down = True
+            self._restarts.inc()
+            if loop.time() - started >= RESTART_BACKOFF_RESET_AFTER:
+                step = 0
+            base = min(RESTART_BACKOFF_INITIAL * 2 ** min(step, 16), RESTART_BACKOFF_CAP)
+            step += 1
+            delay = base * (1.0 + random.random())
+            log.error(
+                "%s: the reflector stopped unexpectedly; the cache is stale until it is "
+                "restarted (in %.1fs) and has relisted. Please report this with the traceback.",
+                self.description,
+                delay,
+                exc_info=problem,
+            )
+            await asyncio.sleep(delay)
 
     async def stop(self) -> None:
         """Stop the reflector and every handler task."""
@@ -248,6 +301,7 @@ class SharedInformer:
             await registration.deliver(deltas, initial)
 
     async def _on_synced(self) -> None:
+        self._down = False
         for registration in tuple(self._registrations):
             if not registration.has_synced:
                 await registration.mark_synced()
@@ -334,6 +388,11 @@ class InformerFactory:
 
     def find(self, key: InformerKey) -> SharedInformer | None:
         return self._informers.get(key)
+
+    def unhealthy(self) -> list[SharedInformer]:
+        """The started informers that are not :attr:`~SharedInformer.healthy` (not synced
+        yet, or recovering from a reflector crash). Informers never started are left out."""
+        return [i for i in self._informers.values() if i._task is not None and not i.healthy]
 
     async def wait_for_sync(self, timeout: float | None = None) -> list[SharedInformer]:
         """Wait until every informer synced; returns those that did not within ``timeout``."""

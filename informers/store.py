@@ -37,6 +37,7 @@ __all__ = [
     "Store",
     "StoreDelta",
     "object_key",
+    "split_uid_change",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,6 +108,12 @@ class StoreDelta:
     initial list carry only the encoded bytes and decode ``obj`` on first access, so handlers
     that need only the key (enqueueing it) never pay for decoding. ``old`` is the previously
     cached state (``None`` for ``ADDED``), decoded from the cached bytes on first access only.
+
+    One exception, from :meth:`Store.apply_prepared` only: an ``ADDED`` delta with ``old`` set
+    means the key was taken over by another object (its UID changed: deleted and re-created
+    with the same name while we did not see it). :func:`split_uid_change` turns it into the
+    ``DELETED`` of the old object and the ``ADDED`` of the new one, which is what the reflector
+    hands to handlers; :meth:`Store.replace_prepared` returns the two deltas itself.
     """
 
     __slots__ = ("_obj", "_old", "_old_raw", "_raw", "key", "type")
@@ -139,6 +146,11 @@ class StoreDelta:
         return obj
 
     @property
+    def has_old(self) -> bool:
+        """Whether the delta carries a previous state (without decoding it)."""
+        return self._old_raw is not None or self._old is not None
+
+    @property
     def old(self) -> dict[str, Any] | None:
         """The previously cached state, or ``None`` for ``ADDED`` (decoded lazily, once)."""
         if self._old is None and self._old_raw is not None:
@@ -148,6 +160,31 @@ class StoreDelta:
 
     def __repr__(self) -> str:
         return f"StoreDelta({self.type}, {self.key})"
+
+
+def split_uid_change(delta: StoreDelta) -> tuple[StoreDelta, StoreDelta]:
+    """The ``DELETED`` of the old object and the ``ADDED`` of the new one, for an ``ADDED``
+    delta that replaced another object under the same key (see :class:`StoreDelta`)."""
+    old_raw = delta._old_raw
+    if old_raw is None and delta._old is not None:
+        old_raw = _encode(delta._old)
+    if delta.type != ADDED or old_raw is None:
+        raise ValueError(f"{delta!r} is not a UID change")
+    return (
+        StoreDelta(DELETED, None, old_raw, raw=old_raw, key=delta.key),
+        StoreDelta(ADDED, delta._obj, raw=delta._raw, key=delta.key),
+    )
+
+
+def _uid_changed(uid: str, old_raw: bytes) -> bool:
+    """Whether an object with metadata.uid ``uid`` is not the one encoded in ``old_raw``.
+
+    The old UID is not kept (see :class:`_Entry`), so this asks whether ``old_raw`` contains
+    ``"uid":"<uid>"`` (orjson's compact encoding): it does when the UIDs are equal. It could
+    only miss a change if the old object named its successor's UID in a field called ``uid``,
+    which an object deleted before its successor existed cannot do.
+    """
+    return (b'"uid":"' + uid.encode() + b'"') not in old_raw
 
 
 class Prepared:
@@ -160,12 +197,15 @@ class Prepared:
     store's own size.
     """
 
-    __slots__ = ("entry", "key", "obj")
+    __slots__ = ("entry", "key", "obj", "uid")
 
-    def __init__(self, key: str, entry: _Entry, obj: dict[str, Any] | None) -> None:
+    def __init__(
+        self, key: str, entry: _Entry, obj: dict[str, Any] | None, uid: str | None = None
+    ) -> None:
         self.key = key
         self.entry = entry
         self.obj = obj
+        self.uid = uid
 
     @property
     def resource_version(self) -> str:
@@ -425,18 +465,23 @@ class Store:
         """Validate, index and encode ``obj`` for a later :meth:`apply_prepared` or
         :meth:`replace_prepared`. Raises ``ValueError`` for an object without a name."""
         key = object_key(obj)
-        rv = obj["metadata"].get("resourceVersion") or ""
-        return Prepared(key, self._make_entry(obj, rv), obj)
+        meta = obj["metadata"]
+        rv = meta.get("resourceVersion") or ""
+        uid = meta.get("uid") or None
+        if type(rv) is not str or (uid is not None and type(uid) is not str):
+            raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
+        return Prepared(key, self._make_entry(obj, rv), obj, uid)
 
     def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
 
         ``ADDED``/``MODIFIED`` store ``obj`` unless the cached copy is at the same or a newer
-        resourceVersion. ``DELETED`` removes the key unless the cached copy is newer than the
-        event's object (a delete at an equal resourceVersion is applied). The event's
-        resourceVersion is observed either way. Raises ``ValueError`` for an unknown event type
-        or an object without ``metadata.name``; the store is unchanged then (also when an index
-        function raises).
+        resourceVersion; when the cached copy has another UID the change is an ``ADDED`` delta
+        with ``old`` set (see :func:`split_uid_change`). ``DELETED`` removes the key unless the
+        cached copy is newer than the event's object (a delete at an equal resourceVersion is
+        applied). The event's resourceVersion is observed either way. Raises ``ValueError`` for
+        an unknown event type or an object without ``metadata.name``; the store is unchanged
+        then (also when an index function raises).
         """
         if event_type not in (ADDED, MODIFIED, DELETED):
             raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
@@ -460,7 +505,7 @@ class Store:
             delta = self._delete(key, rv, prepared.obj, entry.raw)
         elif event_type in (ADDED, MODIFIED):
             if cur is None or is_newer(rv, cur.rv):
-                delta = self._put(key, entry, prepared.obj, cur)
+                delta = self._put(key, entry, prepared.obj, cur, prepared.uid)
         else:
             raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
         if rv:
@@ -483,7 +528,8 @@ class Store:
 
         Atomic: every object is validated and encoded before anything changes, so an error
         leaves the store as it was. Returns the changes: ``ADDED`` for new keys, ``MODIFIED``
-        for keys whose resourceVersion changed (never to an older one), then synthetic
+        for keys whose resourceVersion changed (never to an older one), ``DELETED`` of the old
+        and ``ADDED`` of the new object for keys whose UID changed, then synthetic
         ``DELETED`` for cached keys absent from the list, except those cached at a version newer
         than ``resource_version`` (the list could not have seen them). Unchanged objects yield
         nothing. ``resource_version`` is observed.
@@ -509,7 +555,11 @@ class Store:
         for key, p in plan.items():
             cur = items.get(key)
             if cur is None or is_newer(p.entry.rv, cur.rv):
-                deltas.append(self._put(key, p.entry, p.obj, cur))
+                delta = self._put(key, p.entry, p.obj, cur, p.uid)
+                if cur is not None and delta.type == ADDED:
+                    deltas.extend(split_uid_change(delta))
+                else:
+                    deltas.append(delta)
         vanished = [
             (k, e)
             for k, e in items.items()
@@ -549,8 +599,15 @@ class Store:
         return _Entry(_encode(obj), rv, ivals)
 
     def _put(
-        self, key: str, entry: _Entry, obj: dict[str, Any] | None, cur: _Entry | None
+        self,
+        key: str,
+        entry: _Entry,
+        obj: dict[str, Any] | None,
+        cur: _Entry | None,
+        uid: str | None = None,
     ) -> StoreDelta:
+        """Store ``entry``; the delta is ``ADDED``, ``MODIFIED``, or ``ADDED`` with ``old`` when
+        ``uid`` shows that another object took over the key."""
         self._items[key] = entry
         if cur is None:
             namespace, slash, _ = key.partition("/")
@@ -568,6 +625,8 @@ class Store:
                             index.discard(v, key)
                     for v in new:
                         index.add(v, key)
+        if uid is not None and _uid_changed(uid, cur.raw):
+            return StoreDelta(ADDED, obj, cur.raw, raw=entry.raw, key=key)
         return StoreDelta(MODIFIED, obj, cur.raw, raw=entry.raw, key=key)
 
     def _remove(self, key: str, entry: _Entry) -> None:

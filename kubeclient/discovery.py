@@ -4,16 +4,39 @@ Each group/version's resource list is fetched once and cached; a kind that is no
 cached list causes one refetch of that group/version (a CRD may have been installed since),
 and only then :class:`UnknownKindError`. Concurrent lookups of the same group/version share one
 request.
+
+``resolve(..., wait_for_server=True)`` (what the cache does when it starts watching a kind, so
+what a manager does while it starts) waits for an API server that cannot be reached or is
+overloaded (a transport failure, 429 or 5xx, after the transport's own retries) instead of
+raising: it retries with backoff (1 s, doubling to 30 s, jittered) and logs a warning naming
+the server, the group/version and the next delay at each failure. Other errors (403, ...)
+still raise at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 from dataclasses import dataclass
 from typing import Any
 
-from kubeclient.errors import NotFoundError
+from kubeclient.errors import ApiError, NotFoundError
 from kubeclient.transport import Transport
+
+log = logging.getLogger(__name__)
+
+WAIT_INITIAL = 1.0
+"""First delay (seconds, before jitter) between discovery attempts while the server is
+unreachable."""
+WAIT_CAP = 30.0
+"""Longest delay (seconds, before jitter) between those attempts."""
+
+
+def server_unreachable(err: ApiError) -> bool:
+    """Whether ``err`` says the API server could not be reached or could not answer now
+    (a transport failure, 429, or 5xx), as opposed to an answer about the request."""
+    return err.status in {0, 429} or err.status >= 500
 
 
 class UnknownKindError(LookupError):
@@ -71,11 +94,18 @@ class Discovery:
         self._by_gv: dict[str, dict[str, ResourceInfo]] = {}
         self._pending: dict[str, asyncio.Future[dict[str, ResourceInfo]]] = {}
 
-    async def resolve(self, api_version: str, kind: str) -> ResourceInfo:
-        """The resource serving ``kind`` in ``api_version``; raises :class:`UnknownKindError`."""
+    async def resolve(
+        self, api_version: str, kind: str, *, wait_for_server: bool = False
+    ) -> ResourceInfo:
+        """The resource serving ``kind`` in ``api_version``; raises :class:`UnknownKindError`.
+
+        ``wait_for_server``: retry (and log) while the API server is unreachable instead of
+        raising its :class:`~kubeclient.errors.ApiError` (see the module docs); cancel the
+        caller to give up.
+        """
         kinds = self._by_gv.get(api_version)
         if kinds is None or kind not in kinds:
-            kinds = await self._fetch(api_version)
+            kinds = await self._fetch_patiently(api_version, wait_for_server)
         info = kinds.get(kind)
         if info is None:
             raise UnknownKindError(
@@ -90,6 +120,28 @@ class Discovery:
             self._by_gv.clear()
         else:
             self._by_gv.pop(api_version, None)
+
+    async def _fetch_patiently(self, api_version: str, wait: bool) -> dict[str, ResourceInfo]:
+        failures = 0
+        while True:
+            try:
+                return await self._fetch(api_version)
+            except ApiError as err:
+                if not wait or not server_unreachable(err):
+                    raise
+                failures += 1
+                delay = min(WAIT_INITIAL * 2 ** (failures - 1), WAIT_CAP)
+                delay *= 1 + random.random() / 2
+                log.warning(
+                    "cannot reach the API server %s to discover %s (%s); retrying in %.1fs "
+                    "(attempt %d)",
+                    self._transport.config.server,
+                    api_version,
+                    err,
+                    delay,
+                    failures,
+                )
+                await asyncio.sleep(delay)
 
     async def _fetch(self, api_version: str) -> dict[str, ResourceInfo]:
         pending = self._pending.get(api_version)

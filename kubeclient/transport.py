@@ -11,6 +11,13 @@ process the request, so any verb is retried after that many seconds; 5xx with
 is retried (after 1 s) for reads only. At most ``max_retries`` (10) times. A 401 refreshes the
 credentials once and retries.
 
+A connection failure is anything that keeps a request from being sent or answered:
+``aiohttp.ClientError``, a timeout, an ``OSError``, and a ``RuntimeError`` raised while the
+session is open — the event loop's own failures surface that way (uvloop's "File descriptor N
+is used by transport" while reconnecting during a storm of refused connections). All of them
+become an :class:`ApiError` with status 0 (reason ``TransportError``) once retries are spent,
+so callers handle one kind of failure.
+
 Each wait is the server's ``Retry-After`` stretched by a random factor in [1, 2): never
 shorter than asked, and clients pushed back together do not all come back in the same
 millisecond (a real in-flight limit of 1 turned 40 synchronised retries into 40 new 429s).
@@ -45,6 +52,10 @@ RequestHook = Callable[[str, str, Mapping[str, str] | None, int], None]
 """Called after every request with (method, path, query parameters, HTTP status or 0 for a
 transport error). A watch is reported as the ``GET`` it is (its parameters carry ``watch``),
 so that a hook can tell what the API server authorised (e.g. RBAC verbs in tests)."""
+
+
+# RuntimeError subclasses that never mean a connection failed.
+_NOT_CONNECTION_FAILURES = (RecursionError, NotImplementedError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +189,29 @@ class Transport:
                     payload = await answer.read()
                     status = answer.status
                     answer_headers = answer.headers
-            except (aiohttp.ClientError, TimeoutError) as err:
+            except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
+                if isinstance(err, RuntimeError) and (
+                    session.closed or isinstance(err, _NOT_CONNECTION_FAILURES)
+                ):
+                    raise  # "Session is closed" (used after close()) or a bug: not the network
                 self._observe(method, 0, started, path, params)
                 if method in READ_METHODS and attempt < self.max_retries:
                     attempt += 1
-                    log.debug("retrying %s %s after a transport error: %s", method, path, err)
+                    log.debug(
+                        "retrying %s %s after a transport error: %s: %s",
+                        method,
+                        path,
+                        type(err).__name__,
+                        err,
+                    )
                     await asyncio.sleep(1.0)
                     continue
                 raise ApiError(
-                    0, "TransportError", str(err) or type(err).__name__, method=method, path=path
+                    0,
+                    "TransportError",
+                    f"{type(err).__name__}: {err}" if str(err) else type(err).__name__,
+                    method=method,
+                    path=path,
                 ) from err
             self._observe(method, status, started, path, params)
             if status < 400:
@@ -228,6 +253,11 @@ class Transport:
         ``response.content.iter_any()`` for the raw chunks. A non-200 answer raises the typed
         :class:`ApiError` (with ``retry_after``) instead; there is no retry here, because the
         reflector decides what to do next.
+
+        Any failure to connect is an ``ApiError`` with status 0 (``TransportError``): not only
+        ``aiohttp.ClientError`` and timeouts but also a bare ``OSError`` and a ``RuntimeError``
+        raised while connecting (uvloop's ``File descriptor N is used by transport``,
+        MagicStack/uvloop#653), so a caller never mistakes a refused connection for a bug.
         """
         _, session = self._sessions()
         for attempt in range(2):
@@ -240,7 +270,7 @@ class Transport:
                     headers=request_headers,
                     server_hostname=self.config.tls_server_name,
                 )
-            except (aiohttp.ClientError, TimeoutError) as err:
+            except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
                 self._observe("WATCH", 0, started, path, params)
                 raise ApiError(
                     0, "TransportError", str(err) or type(err).__name__, method="WATCH", path=path

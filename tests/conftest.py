@@ -1,18 +1,43 @@
 """Fixtures shared by the whole suite: one local control plane per session (started only when
-a test asks for it), a transport to it as the admin, and a fresh namespace per test."""
+a test asks for it), a transport to it as the admin, and a fresh namespace per test.
+
+Hypothesis profiles, chosen with the ``HYPOTHESIS_PROFILE`` environment variable:
+
+- ``ci`` (the default): no per-example deadline and no "too slow" health checks, because on a
+  loaded machine (2 cores shared by several jobs) input generation and single examples can take
+  many times their usual time, and that says nothing about the code under test;
+- ``repro``: ``ci`` derandomized (a seed fixed per test) and without the example database, so
+  that a failure seen once runs the same examples again anywhere;
+- ``thorough``: ``ci`` with ten times the examples (tests that set ``max_examples``
+  themselves keep their own), for a long run before a release.
+
+A failing example is printed together with the ``@reproduce_failure`` blob to paste.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
 from kubeclient.transport import Transport
+
+_LOAD_TOLERANT = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
+    print_blob=True,
+)
+settings.register_profile("ci", _LOAD_TOLERANT)
+settings.register_profile("repro", _LOAD_TOLERANT, derandomize=True, database=None)
+settings.register_profile("thorough", _LOAD_TOLERANT, max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

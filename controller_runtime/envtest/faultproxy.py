@@ -3,12 +3,19 @@ loopback and cuts, freezes or refuses connections on command.
 
 TLS passes through untouched (the proxy sees only ciphertext), so the client still verifies
 the real server's certificate; the serving certificate is valid for 127.0.0.1.
+
+With ``tls=(server_context, upstream_context)`` the proxy terminates TLS instead: it serves
+with ``server_context`` (a certificate the client trusts) and connects upstream with
+``upstream_context`` (whose client certificate is then the identity every request has). It
+then sees HTTP/1.1 in the clear, and :meth:`FaultProxy.inject_line` can put any bytes on
+every open chunked response (a watch) as one more line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from dataclasses import dataclass, field
 
 
@@ -20,10 +27,79 @@ class _Link:
     budget: int | None = None  # server->client bytes still allowed before a cut
     delayed: asyncio.Queue[tuple[float, bytes]] | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    http: _ChunkTracker | None = None  # with TLS terminated: where the response stream is
 
     def abort(self) -> None:
         for writer in (self.client, self.upstream):
             writer.transport.abort()
+
+
+class _ChunkTracker:
+    """Follows server-to-client HTTP/1.1 responses just enough to know when the stream sits
+    between two chunks of a chunked body: the one place a line can be added unnoticed."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._state = "headers"  # headers | size | data | trailer | body
+        self._left = 0  # bytes of chunk data (+ CRLF) or of a Content-Length body still due
+        self._chunked = False  # the headers being read announced a chunked body
+
+    @property
+    def at_boundary(self) -> bool:
+        return self._state == "size" and not self._buffer
+
+    def feed(self, data: bytes) -> list[int]:
+        """Advance over ``data``; return the offsets in it that are chunk boundaries."""
+        boundaries: list[int] = []
+        i = 0
+        while i < len(data):
+            if self._state in ("headers", "size", "trailer"):
+                end = data.find(b"\n", i)
+                if end < 0:
+                    self._buffer += data[i:]
+                    break
+                line, self._buffer = self._buffer + data[i : end + 1], b""
+                i = end + 1
+                self._line(line)
+                if self._state == "size" and not self._buffer:
+                    boundaries.append(i)
+            else:
+                take = min(self._left, len(data) - i)
+                self._left -= take
+                i += take
+                if self._left == 0:
+                    self._state = "size" if self._state == "data" else "headers"
+                    if self._state == "size":
+                        boundaries.append(i)
+        return boundaries
+
+    def _line(self, line: bytes) -> None:
+        if self._state == "headers":
+            if line.strip():
+                name, _, value = line.decode("latin-1").partition(":")
+                name, value = name.strip().lower(), value.strip().lower()
+                if name == "transfer-encoding" and "chunked" in value:
+                    self._chunked = True
+                elif name == "content-length":
+                    self._left = int(value)
+            elif self._chunked:
+                self._chunked = False
+                self._state = "size"
+            else:
+                self._state = "body" if self._left else "headers"
+        elif self._state == "size":
+            size = int(line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                self._state = "trailer"
+            else:
+                self._state, self._left = "data", size + 2
+        elif not line.strip():  # the empty line that ends the trailer
+            self._state = "headers"
+
+
+def _chunk(line: bytes) -> bytes:
+    payload = line + b"\n"
+    return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
 
 class FaultProxy:
@@ -33,12 +109,21 @@ class FaultProxy:
     open connection pass ``n`` more server-to-client bytes, then abort it: a cut mid-stream),
     :meth:`freeze`/:meth:`thaw` (stop moving bytes, as a half-open connection would),
     :attr:`refuse` (close new connections at once), and :attr:`latency` (seconds added to
-    every server-to-client byte, in order: a lagging informer).
+    every server-to-client byte, in order: a lagging informer). With TLS terminated (see the
+    module docstring), :meth:`inject_line` adds a line to every open chunked response.
     """
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
+    ) -> None:
         self.target_host = target_host
         self.target_port = target_port
+        self.tls = tls
+        self.injected = 0
         self.refuse = False
         self.latency = 0.0
         self.connections_accepted = 0
@@ -54,7 +139,8 @@ class FaultProxy:
         return f"https://127.0.0.1:{self.port}"
 
     async def start(self) -> FaultProxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        server_ssl = self.tls[0] if self.tls is not None else None
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0, ssl=server_ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -72,6 +158,20 @@ class FaultProxy:
     def cut_after(self, nbytes: int) -> None:
         for link in self._links:
             link.budget = nbytes
+
+    def inject_line(self, line: bytes) -> int:
+        """Send ``line`` (plus a newline) as one more chunk on every response stream that sits
+        between two chunks now (open watches). Needs ``tls``; returns how many streams got it.
+        Only for idle streams: latency or a frozen proxy would reorder it."""
+        if self.tls is None:
+            raise RuntimeError("inject_line needs a FaultProxy with tls=(server, upstream)")
+        sent = 0
+        for link in self._links:
+            if link.http is not None and link.http.at_boundary:
+                link.client.write(_chunk(line))
+                sent += 1
+        self.injected += sent
+        return sent
 
     def freeze(self) -> None:
         self._flowing.clear()
@@ -110,11 +210,15 @@ class FaultProxy:
             writer.transport.abort()
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
+            up_reader, up_writer = await asyncio.open_connection(
+                self.target_host,
+                self.target_port,
+                ssl=self.tls[1] if self.tls is not None else None,
+            )
         except OSError:
             writer.transport.abort()
             return
-        link = _Link(writer, up_writer)
+        link = _Link(writer, up_writer, http=_ChunkTracker() if self.tls is not None else None)
         self._links.add(link)
         link.tasks = [
             asyncio.create_task(self._pump(reader, up_writer, link, downstream=False)),
@@ -154,6 +258,8 @@ class FaultProxy:
                     link.budget -= len(data)
                 if downstream:
                     link.downstream_bytes += len(data)
+                    if link.http is not None:
+                        link.http.feed(data)
                     if self.latency > 0:
                         await self._delayed(link, writer, data)
                         continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -16,6 +17,7 @@ import pytest
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from controller_runtime.envtest.faultproxy import FaultProxy
+from controller_runtime.predicates import GenerationChanged
 from informers import metrics
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory, SharedInformer
@@ -582,3 +584,252 @@ async def test_real_429s_from_flow_control_are_honoured(throttled_plane: Control
         )
         assert all(a["kind"] == "ConfigMapList" for a in answers)
         assert 429 in statuses, "flow control never pushed back"
+
+
+# -- issue 12: robustness ----------------------------------------------------------------------
+
+
+async def test_a_slow_handler_is_not_a_dead_connection_and_loses_no_event(
+    transport: Transport, namespace: str
+) -> None:
+    """A coroutine handler with a one-slot buffer, far slower than the idle window: the reader
+    waits on it for many idle windows. The idle timer must not fire (the server was not
+    silent), and the handler must get every object."""
+    # Idle window 5-6 s (the margin leaves a loaded server 1 s to close at its timeout); the
+    # events queued behind the handler take ~8 s to hand over.
+    options = ReflectorOptions(watch_timeout_min=4, watch_timeout_max=5, idle_margin=1.0)
+    informer = SharedInformer(
+        transport,
+        await Discovery(transport).resolve("v1", "ConfigMap"),
+        namespace=namespace,
+        options=options,
+    )
+    got: list[str] = []
+    done = asyncio.Event()
+    names = [f"cm-{i:03d}" for i in range(80)]
+
+    async def slow(delta: StoreDelta, initial: bool) -> None:
+        await asyncio.sleep(0.1)  # a slow handler
+        got.append(delta.key.split("/", 1)[1])
+        if set(names) <= set(got):
+            done.set()
+
+    informer.add_handler(slow, buffer_size=1)
+    informer.start()
+    try:
+        assert await informer.wait_for_sync(30)
+        idle_before = sample(
+            "informer_watch_restarts_total", resource="configmaps", reason="idle timeout"
+        )
+        base = f"/api/v1/namespaces/{namespace}/configmaps"
+        await create_all(transport, base, [configmap(n) for n in names], concurrency=8)
+        await asyncio.wait_for(done.wait(), 120)
+        assert sorted(set(got)) == names
+        assert (
+            sample("informer_watch_restarts_total", resource="configmaps", reason="idle timeout")
+            == idle_before
+        )
+    finally:
+        await informer.stop()
+
+
+async def test_uid_change_behind_a_410_reaches_handlers_as_delete_then_add(
+    uncached_plane: ControlPlane,
+) -> None:
+    """A Task deleted and re-created with the same name (both at generation 1) while the
+    informer was cut off, then a 410 and a relist: handlers see the old one deleted and the
+    new one added, so GenerationChanged lets the new one through."""
+    config = await load_kubeconfig(uncached_plane.kubeconfig)
+    host, port = uncached_plane.server.removeprefix("https://").rsplit(":", 1)
+    proxy = await FaultProxy(host, int(port)).start()
+    async with Transport(config) as admin, Transport(_via(config, proxy)) as proxied:
+        ns = f"t-{uuid.uuid4().hex[:8]}"
+        await admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+        base = f"/apis/tasks.crpy.io/v1/namespaces/{ns}/tasks"
+        old = (await admin.request("POST", base, body=task("same"))).json()
+        informer = SharedInformer(
+            proxied, await Discovery(proxied).resolve(TASKS, "Task"), namespace=ns
+        )
+        recorder = Recorder()
+        passed: list[str] = []
+        predicate = GenerationChanged()
+
+        def reconcile_if_new(delta: StoreDelta, initial: bool) -> None:
+            if predicate(delta):
+                passed.append(delta.obj["metadata"]["uid"])
+
+        informer.add_handler(recorder)
+        informer.add_handler(reconcile_if_new)
+        informer.start()
+        try:
+            assert await informer.wait_for_sync(30)
+            proxy.freeze()
+            await admin.request("DELETE", f"{base}/same")
+            new = (await admin.request("POST", base, body=task("same"))).json()
+            assert new["metadata"]["generation"] == old["metadata"]["generation"] == 1
+            rv = await create_all(admin, base, [task("marker")])
+            await _etcd_compact(uncached_plane, rv)
+            proxy.cut_all()
+            proxy.thaw()
+            new_uid = new["metadata"]["uid"]
+            await recorder.wait_for(
+                lambda k, o: k == "ADDED" and o["metadata"]["uid"] == new_uid, timeout=60
+            )
+            events = [
+                (k, o["metadata"]["uid"])
+                for k, o, _ in recorder.deltas
+                if o["metadata"]["name"] == "same"
+            ]
+            old_uid = old["metadata"]["uid"]
+            assert ("DELETED", old_uid) in events
+            assert events.index(("DELETED", old_uid)) < events.index(("ADDED", new_uid))
+            assert all(
+                uid == old_uid or kind == "ADDED" for kind, uid in events if kind != "DELETED"
+            )
+            assert new_uid in passed
+            assert informer.store.uid_of(f"{ns}/same") == new_uid
+        finally:
+            await informer.stop()
+            await proxy.stop()
+
+
+class _FlakyConnector(aiohttp.TCPConnector):
+    """Raises ``error`` from the next connect, once."""
+
+    error: BaseException | None = None
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        return await super().connect(req, traces, timeout)
+
+
+class _FlakyTransport(Transport):
+    """A real transport whose watch connections go through a :class:`_FlakyConnector`."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config)
+        self.connector: _FlakyConnector | None = None
+
+    def _sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
+        if self._watch_session is None or self._watch_session.closed:
+            self.connector = _FlakyConnector(ssl=self.config.ssl_context, limit=0)
+            self._watch_session = aiohttp.ClientSession(
+                connector=self.connector, timeout=self._watch_timeout, headers=self._headers
+            )
+        return super()._sessions()
+
+
+async def test_uvloop_fd_error_on_a_watch_is_a_connection_failure_and_a_crash_is_supervised(
+    admin_config: ClusterConfig, proxy: FaultProxy, transport: Transport, namespace: str
+) -> None:
+    """A RuntimeError like uvloop's while reconnecting a watch is a connection failure (the
+    reflector backs off and re-watches, never ends). An exception that is no connection error
+    at all ends the reflector: its informer restarts it, and reports unhealthy meanwhile."""
+    options = ReflectorOptions(watch_timeout_min=30, watch_timeout_max=31)
+    resource = await Discovery(transport).resolve("v1", "ConfigMap")
+    label = resource.group_resource
+    flaky = _FlakyTransport(_via(admin_config, proxy))
+    async with flaky:
+        factory = InformerFactory(flaky, options=options)
+        informer = await factory.informer("v1", "ConfigMap", namespace=namespace)
+        recorder = Recorder()
+        informer.add_handler(recorder)
+        base = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            assert await informer.wait_for_sync(30)
+            assert informer.healthy and factory.unhealthy() == []
+            restarts = sample("informer_reflector_restarts_total", resource=label)
+            assert flaky.connector is not None
+            flaky.connector.error = RuntimeError("File descriptor 9 is used by transport")
+            proxy.cut_all()  # the re-watch meets the error
+            await transport.request("POST", base, body=configmap("after-fd-error"))
+            await recorder.wait_for(named("after-fd-error", "ADDED"), timeout=60)
+            assert sample("informer_reflector_restarts_total", resource=label) == restarts
+            assert informer.healthy
+
+            # Not a connection error at all: the reflector ends; the informer restarts it.
+            flaky.connector.error = ZeroDivisionError("a bug")
+            proxy.cut_all()
+            await eventually(
+                lambda: sample("informer_reflector_restarts_total", resource=label) > restarts,
+                what="the reflector to crash and be counted",
+            )
+            assert not informer.healthy and factory.unhealthy() == [informer]
+            await transport.request("POST", base, body=configmap("after-crash"))
+            await recorder.wait_for(named("after-crash", "ADDED"), timeout=60)
+            await eventually(lambda: informer.healthy, what="health after the relist")
+            assert factory.unhealthy() == []
+        finally:
+            await factory.stop()
+
+
+@pytest.fixture
+async def opening_proxy(control_plane: ControlPlane) -> AsyncIterator[FaultProxy]:
+    """A fault proxy that terminates TLS (serving the API server's own certificate, calling
+    upstream as the admin), so that it can inject lines into watch responses."""
+    if use_existing_cluster():
+        pytest.skip("needs the local control plane's certificates")
+    pki = control_plane.workdir / "pki"
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(str(pki / "apiserver.crt"), str(pki / "apiserver.key"))
+    upstream = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    upstream.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    host, port = control_plane.server.removeprefix("https://").rsplit(":", 1)
+    p = await FaultProxy(host, int(port), tls=(serving, upstream)).start()
+    yield p
+    await p.stop()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (b'{"type":"ADDED","object":null}', ("informer_malformed_events_total", "what", "event")),
+        (
+            b'{"type":"MODIFIED","object":{"metadata":"text"}}',
+            ("informer_malformed_events_total", "what", "object"),
+        ),
+        (b'{"type":{"x":1},"object":{}}', ("informer_malformed_events_total", "what", "event")),
+        (b'{"type":"BOOKMARK","object":null}', ("informer_events_total", "type", "BOOKMARK")),
+        (
+            b'{"type":"ERROR","object":null}',
+            ("informer_relists_total", "reason", "watch failed (500)"),
+        ),
+        (b"\x00\xffnot json", ("informer_malformed_events_total", "what", "event")),
+    ],
+)
+async def test_a_malformed_line_on_a_real_watch_relists_and_the_informer_goes_on(
+    admin_config: ClusterConfig,
+    opening_proxy: FaultProxy,
+    transport: Transport,
+    namespace: str,
+    case: tuple[bytes, tuple[str, str, str]],
+) -> None:
+    """The line really reaches the reflector (the metric that names its fate moves), and the
+    informer goes on, on the same reflector task."""
+    resource = await Discovery(transport).resolve("v1", "ConfigMap")
+    label = resource.group_resource
+    line, (metric, key, value) = case
+    seen_before = sample(metric, resource=label, **{key: value})
+    async with Transport(_via(admin_config, opening_proxy)) as proxied:
+        informer = SharedInformer(proxied, resource, namespace=namespace)
+        recorder = Recorder()
+        informer.add_handler(recorder)
+        informer.start()
+        base = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            assert await informer.wait_for_sync(30)
+            task = informer._task
+            restarts = sample("informer_reflector_restarts_total", resource=label)
+            await transport.request("POST", base, body=configmap("before"))
+            await recorder.wait_for(named("before", "ADDED"))
+            await eventually(lambda: opening_proxy.inject_line(line) > 0, what="an open watch")
+            await transport.request("POST", base, body=configmap("after"))
+            await recorder.wait_for(named("after", "ADDED"), timeout=60)
+            assert f"{namespace}/before" in informer.store
+            assert informer._task is task and informer.healthy
+            assert sample("informer_reflector_restarts_total", resource=label) == restarts
+            assert sample(metric, resource=label, **{key: value}) > seen_before
+        finally:
+            await informer.stop()

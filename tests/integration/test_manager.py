@@ -274,6 +274,48 @@ async def test_readyz_turns_ready_only_after_the_caches_synced(
             await asyncio.sleep(0.05)
 
 
+async def test_readyz_fails_while_a_crashed_reflector_is_being_restarted(
+    served: tuple[Manager, FaultProxy],
+) -> None:
+    """An exception no reflector expects (here: raised once from its next request) ends the
+    reflector; its informer restarts it, and /readyz says not ready until it has relisted."""
+    manager, proxy = served
+    proxy.thaw()
+
+    async def readyz() -> tuple[int, str]:
+        async with http.get(f"{manager.health_url}/readyz") as answer:
+            return answer.status, await answer.text()
+
+    async def until_readyz(status: int) -> str:
+        deadline = time.monotonic() + 60
+        while True:
+            got, text = await readyz()
+            if got == status:
+                return text
+            assert time.monotonic() < deadline, f"/readyz never answered {status}: {text}"
+            await asyncio.sleep(0.05)
+
+    async with aiohttp.ClientSession() as http:
+        await until_readyz(200)
+        (informer,) = manager.factory.informers()
+        reflector = informer.reflector
+        original = reflector._perform
+        crashed = asyncio.Event()
+
+        async def crash_once(request: object) -> object:
+            reflector._perform = original  # type: ignore[method-assign]
+            crashed.set()
+            raise ZeroDivisionError("an unexpected bug")
+
+        reflector._perform = crash_once  # type: ignore[assignment,method-assign]
+        proxy.cut_all()  # the watch ends; the reflector's next request meets the bug
+        await asyncio.wait_for(crashed.wait(), 60)
+        text = await until_readyz(503)
+        assert "[-]informers-healthy" in text
+        await until_readyz(200)
+        assert informer.healthy
+
+
 async def test_metrics_endpoint_exposes_the_named_series(
     served: tuple[Manager, FaultProxy], transport: Transport, namespace: str
 ) -> None:

@@ -159,7 +159,9 @@ async def test_overdue_at_the_deadline_without_polling(
     became_overdue = datetime.now(UTC)
     assert states == ["Pending", "Overdue"]
     assert became_overdue >= deadline
-    assert (became_overdue - deadline).total_seconds() < 2.0
+    # At the deadline (a requeue_after timer), not at some later poll or resync: the margin
+    # covers the reconcile, the status write and this loop's polling on a loaded machine.
+    assert (became_overdue - deadline).total_seconds() < 4.0
     overdue = next(c for c in status["conditions"] if c["type"] == "Overdue")
     assert overdue["status"] == "True" and overdue["reason"] == "DeadlinePassed"
     assert status["observedGeneration"] == 1

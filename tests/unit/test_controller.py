@@ -83,7 +83,7 @@ class Calls:
     def of(self, request: Request) -> list[float]:
         return [t for r, t, _ in self.calls if r == request]
 
-    async def wait(self, n: int, request: Request | None = None, timeout: float = 5.0) -> None:
+    async def wait(self, n: int, request: Request | None = None, timeout: float = 30.0) -> None:
         async def until() -> None:
             while True:
                 count = len(self.calls) if request is None else len(self.of(request))
@@ -711,7 +711,9 @@ class _FakeDiscovery:
         ("v1", "Pod"): ResourceInfo("", "v1", "Pod", "pods", True),
     }
 
-    async def resolve(self, api_version: str, kind: str) -> ResourceInfo:
+    async def resolve(
+        self, api_version: str, kind: str, *, wait_for_server: bool = False
+    ) -> ResourceInfo:
         try:
             return self.KINDS[(api_version, kind)]
         except KeyError:
@@ -873,3 +875,50 @@ async def test_builder_rejects_incomplete_or_conflicting_configurations() -> Non
     await builder.complete(_noop)
     with pytest.raises(RuntimeError, match="already built"):
         await builder.complete(_noop)
+
+
+class _LimiterThatFailsOnce(ItemExponentialFailureRateLimiter[Request]):
+    """A rate limiter whose first ``when`` raises: a failure in the worker's own path, outside
+    the reconcile."""
+
+    def __init__(self) -> None:
+        super().__init__(0.001, 0.05)
+        self.raised = False
+
+    def when(self, item: Request) -> float:
+        if not self.raised:
+            self.raised = True
+            raise ValueError("injected: the rate limiter broke")
+        return super().when(item)
+
+
+async def test_a_worker_survives_an_exception_outside_the_reconcile(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls = Calls()
+
+    async def reconcile(request: Request) -> None:
+        if calls.record(request) == 1 and request == A:
+            raise RuntimeError("fails once, so the rate limiter is asked for a delay")
+
+    failures = "controller_runtime_task_failures_total"
+    before = metrics.REGISTRY.get_sample_value(failures, {"task": "controller-worker"}) or 0.0
+    limiter = _LimiterThatFailsOnce()
+    ctrl = make(reconcile, workers=1, limiter=limiter)
+    await ctrl.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="controller_runtime.controller"):
+            ctrl.enqueue(A)
+            await calls.wait(1, A)
+            ctrl.enqueue(B)
+            # The only worker is still alive: B is reconciled, and A is retried.
+            await calls.wait(1, B, timeout=30)
+            await calls.wait(2, A, timeout=30)
+    finally:
+        await ctrl.stop()
+    assert limiter.raised
+    after = metrics.REGISTRY.get_sample_value(failures, {"task": "controller-worker"})
+    assert after == before + 1
+    failed = [r for r in caplog.records if "outside the reconcile" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None
+    assert "the rate limiter broke" in str(failed[0].exc_info[1])

@@ -22,7 +22,7 @@ from controller_runtime.predicates import (
     or_,
 )
 from informers.labels import LabelSelector
-from informers.store import ADDED, DELETED, MODIFIED, StoreDelta
+from informers.store import ADDED, DELETED, MODIFIED, Store, StoreDelta, split_uid_change
 
 
 def obj(
@@ -196,3 +196,42 @@ def test_old_state_is_decoded_only_when_a_predicate_needs_it() -> None:
     assert delta._old is None and delta._old_raw is not None  # not decoded
     assert LabelsChanged()(delta)
     assert delta._old is not None
+
+
+def _with_uid(o: dict[str, Any], uid: str) -> dict[str, Any]:
+    o["metadata"]["uid"] = uid
+    return o
+
+
+@pytest.mark.parametrize("predicate", [GenerationChanged(), LabelsChanged(), AnnotationsChanged()])
+def test_an_update_between_two_objects_passes_every_changed_predicate(predicate: Predicate) -> None:
+    same = update(_with_uid(obj(rv="1"), "u1"), _with_uid(obj(rv="2"), "u1"))
+    replaced = update(_with_uid(obj(rv="1"), "u1"), _with_uid(obj(rv="2"), "u2"))
+    assert not predicate(same)
+    assert predicate(replaced)
+
+
+def test_a_uid_change_from_the_store_reaches_predicates_as_delete_then_create() -> None:
+    store = Store()
+    old = _with_uid(obj(rv="1"), "u1")
+    new = _with_uid(obj(rv="5"), "u2")  # same name, same generation: re-created
+    store.apply("ADDED", old)
+    delta = store.apply("MODIFIED", new)
+    assert delta is not None and delta.type == ADDED and delta.has_old
+    gone, added = split_uid_change(delta)
+    assert (gone.type, gone.obj["metadata"]["uid"]) == (DELETED, "u1")
+    assert (added.type, added.obj["metadata"]["uid"], added.old) == (ADDED, "u2", None)
+    p = GenerationChanged()
+    assert p(gone) and p(added)
+    # A relist reports the same pair itself.
+    store2 = Store()
+    store2.apply("ADDED", old)
+    deltas = store2.replace([new], "5")
+    assert [(d.type, d.obj["metadata"]["uid"]) for d in deltas] == [
+        (DELETED, "u1"),
+        (ADDED, "u2"),
+    ]
+    # A same-UID write stays one MODIFIED.
+    newer = _with_uid(obj(rv="9", generation=2), "u2")
+    modified = store2.apply("MODIFIED", newer)
+    assert modified is not None and modified.type == MODIFIED

@@ -1146,3 +1146,56 @@ def test_store_follows_the_server_through_any_behaviour(
     assert client.store == server.objects
     assert client.store_rv == server.rv
     assert m.resource_version == str(server.rv)
+
+
+# ---- issue 12: inputs of any shape ------------------------------------------------------------
+
+
+def test_a_malformed_event_closes_the_watch_backs_off_and_relists() -> None:
+    m = machine()
+    synced_watching(m)
+    effects = m.watch_event_malformed(1.0, "TypeError: the ADDED object is a NoneType")
+    assert one(effects, CloseWatch)
+    assert one(effects, Relisting).reason == "malformed watch event"
+    assert any(e.level == logging.ERROR and "NoneType" in e.message for e in of(effects, Log))
+    assert isinstance(next_step(effects), Sleep)
+    assert not m.watch_open
+    request = next_step(m.sleep_done(2.0))
+    assert isinstance(request, ListRequest)
+    # The relist asks for the last synced RV, not an RV the bad line may have carried.
+    assert request.params["resourceVersion"] == "10"
+
+
+def test_a_malformed_event_during_a_streaming_list_falls_back_to_list_for_this_sync() -> None:
+    m = ReflectorMachine(rng=random.Random(7))
+    m.start(0.0)
+    m.watch_event(0.1, "ADDED", obj("a", 5))
+    effects = m.watch_event_malformed(0.2, "not JSON")
+    assert one(effects, CloseWatch)
+    assert isinstance(next_step(effects), Sleep)
+    assert isinstance(next_step(m.sleep_done(2.0)), ListRequest)
+    assert m.streaming_supported  # only this sync falls back
+
+
+@pytest.mark.parametrize("value", [None, "text", 7, [1, 2], {"metadata": "text"}, True])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_bookmark_and_error_objects_of_any_shape_are_inputs(value: Any, streaming: bool) -> None:
+    for event_type in ("BOOKMARK", "ERROR"):
+        m = ReflectorMachine(ReflectorOptions(streaming_list=streaming), rng=random.Random(3))
+        if streaming:
+            m.start(0.0)
+        else:
+            synced_watching(m)
+        effects = m.watch_event(1.0, event_type, value)
+        if event_type == "ERROR":
+            assert one(effects, CloseWatch)  # read as a 500: the watch ends, never the machine
+            assert isinstance(next_step(effects), Sleep | ListRequest)
+        else:
+            assert not of(effects, CloseWatch) and m.watch_open
+
+
+def test_parse_status_of_something_that_is_not_an_object_is_a_500() -> None:
+    values: list[Any] = [None, "x", 3, [], 2.5]
+    for value in values:
+        info = parse_status(value)
+        assert info.code == 500 and info.reason == "BadStatus"
