@@ -201,7 +201,15 @@ class Manager:
 
     async def _run(self) -> None:
         try:
+            # A failure to bind an endpoint (OSError, e.g. EADDRINUSE) is raised unlogged: the
+            # caller knows which option names the address and says so in one line.
             await self._serve()
+            await self._start_and_lead()
+        finally:
+            await self._shutdown()
+
+    async def _start_and_lead(self) -> None:
+        try:
             for runnable in self.runnables:
                 if not runnable.need_leader_election:
                     await runnable.start()
@@ -219,8 +227,6 @@ class Manager:
                 exc_info=err,
             )
             raise
-        finally:
-            await self._shutdown()
 
     async def _wait_for_caches(self) -> None:
         waiting = asyncio.create_task(self.cache.wait_for_sync(self.options.cache_sync_timeout))
