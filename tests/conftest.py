@@ -39,6 +39,9 @@ settings.register_profile("repro", _LOAD_TOLERANT, derandomize=True, database=No
 settings.register_profile("thorough", _LOAD_TOLERANT, max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# The end-to-end tests need a real node (root, minutes of set-up): only `make e2e` runs them.
+collect_ignore = [] if os.environ.get("CRPY_E2E") else ["e2e"]
+
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:

@@ -2,6 +2,8 @@
 
     python -m controller_runtime.envtest build   # build (once) and cache the binaries
     python -m controller_runtime.envtest run     # start, install CRDs, print how to reach it
+    python -m controller_runtime.envtest build --node   # also the node's binaries
+    python -m controller_runtime.envtest run --node     # a one-node cluster that runs Pods
 
 ``run`` keeps the control plane up until interrupted (Ctrl-C or SIGTERM) and then tears it
 down, leaving no process or temporary directory behind.
@@ -28,6 +30,14 @@ from controller_runtime.envtest.controlplane import (
     ControlPlaneError,
 )
 from controller_runtime.envtest.kubectl import kubectl_command
+from controller_runtime.envtest.node.builds import find_node_binaries
+from controller_runtime.envtest.node.cluster import (
+    LocalCluster,
+    NodeError,
+    NodeUnavailableError,
+    preflight,
+)
+from controller_runtime.envtest.node.images import ImageError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,13 +46,23 @@ def _parser() -> argparse.ArgumentParser:
         description="A local Kubernetes control plane (etcd + kube-apiserver) on loopback.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build (once) and cache etcd, kube-apiserver and kubectl")
+    build = commands.add_parser(
+        "build", help="build (once) and cache etcd, kube-apiserver and kubectl"
+    )
+    build.add_argument(
+        "--node", action="store_true", help="also the node's binaries and its pause image"
+    )
     run = commands.add_parser("run", help="start it and keep it running until interrupted")
     run.add_argument(
         "--crds",
         type=Path,
         default=DEFAULT_CRD_DIRECTORY,
         help="directory of CRD manifests to install (default: %(default)s)",
+    )
+    run.add_argument(
+        "--node",
+        action="store_true",
+        help="a one-node cluster (kubelet, containerd, ...) that runs Pods; needs root",
     )
     return parser
 
@@ -75,13 +95,36 @@ def print_access(plane: ControlPlane, kubectl: str | None = None) -> None:
     print(f"             export KUBECONFIG={plane.kubeconfig}", flush=True)
 
 
+def run_node(crds: Path) -> int:
+    """Start a one-node cluster, print how to reach it, wait for a signal, tear it down."""
+    try:
+        preflight()
+    except NodeUnavailableError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    with LocalCluster(crd_directory=crds) as cluster:
+        timings = ", ".join(f"{k} {v:.1f}s" for k, v in cluster.timings.items())
+        print(f"local cluster ready ({timings})")
+        print_access(cluster.plane)
+        print(f"work directory: {cluster.workdir} (component logs)")
+        print("Ctrl-C stops it and removes everything it made.", flush=True)
+        wait_for_signal()
+        print("stopping ...", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "build":
             binaries = find_binaries()
             print(f"binaries ready in {bin_dir()}: {binaries.kube_apiserver.name}, etcd, kubectl")
+            if args.node:
+                node = find_node_binaries()
+                print(f"node binaries ready: {', '.join(sorted(node.paths))}")
             return 0
+        if args.node:
+            return run_node(args.crds)
         started = time.monotonic()
         with ControlPlane(crd_directory=args.crds) as plane:
             print(f"local control plane ready in {time.monotonic() - started:.1f}s")
@@ -90,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_for_signal()
             print("stopping ...", flush=True)
         return 0
-    except (BinaryError, ControlPlaneError) as err:
+    except (BinaryError, ControlPlaneError, ImageError, NodeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

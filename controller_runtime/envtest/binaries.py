@@ -149,7 +149,7 @@ def _version_ldflags() -> str:
 
 
 def _build_kubernetes(target: Path, progress: Progress) -> None:
-    _go_build(
+    go_build(
         module="kube",
         packages=["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubectl"],
         outputs=["kube-apiserver", "kubectl"],
@@ -161,7 +161,7 @@ def _build_kubernetes(target: Path, progress: Progress) -> None:
 
 
 def _build_etcd(target: Path, progress: Progress) -> None:
-    _go_build(
+    go_build(
         module="etcd",
         packages=["go.etcd.io/etcd/server/v3"],
         outputs=["etcd"],
@@ -173,7 +173,7 @@ def _build_etcd(target: Path, progress: Progress) -> None:
     )
 
 
-def _go_build(
+def go_build(
     *,
     module: str,
     packages: list[str],
@@ -183,7 +183,10 @@ def _go_build(
     label: str,
     progress: Progress,
     rename: dict[str, str] | None = None,
+    gomod_root: Path = GOMOD_DIR,
+    tags: str = "",
 ) -> None:
+    """Build ``packages`` of the build module ``gomod_root/module`` into ``target``."""
     go = shutil.which("go")
     if go is None:
         raise BinaryError(
@@ -193,8 +196,9 @@ def _go_build(
     build_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{module}-", dir=build_root) as work:
         workdir = Path(work)
-        for name in ("go.mod", "go.sum", "tools.go"):
-            shutil.copy(GOMOD_DIR / module / name, workdir / name)
+        for source in (gomod_root / module).iterdir():
+            if source.is_file():
+                shutil.copy(source, workdir / source.name)
         out = workdir / "out"
         out.mkdir()
         env = {
@@ -204,7 +208,9 @@ def _go_build(
             "GOFLAGS": "-mod=readonly -buildvcs=false",
             "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "local"),
         }
-        command = [go, "build", "-v", "-trimpath", f"-ldflags={ldflags}", "-o", str(out), *packages]
+        command = [go, "build", "-v", "-trimpath", f"-ldflags={ldflags}", "-o", str(out)]
+        command += [f"-tags={tags}"] if tags else []
+        command += packages
         progress(f"building {label} from Go modules (first time only; takes several minutes)")
         _run_with_progress(command, workdir, env, label, progress)
         for produced in out.iterdir():

@@ -157,6 +157,10 @@ class ControlPlane:
     start_timeout: float = 60.0
     existing_cluster: bool = field(default_factory=use_existing_cluster)
     binaries: Binaries | None = None
+    node_address: str | None = None
+    """Set by the local node (:mod:`controller_runtime.envtest.node`): the API server binds
+    this address instead of 127.0.0.1, with ServiceAccount admission on, ``Node,RBAC``
+    authorization and a client certificate for kubelets (``pki/kubelet-client.*``)."""
 
     workdir: Path = field(init=False)
     kubeconfig: Path = field(init=False)
@@ -230,6 +234,7 @@ class ControlPlane:
         serving_cert, serving_key = self._ca.issue_serving(
             [
                 "127.0.0.1",
+                *([self.node_address] if self.node_address else []),
                 "localhost",
                 "10.0.0.1",
                 "kubernetes",
@@ -253,7 +258,7 @@ class ControlPlane:
 
         etcd_port, etcd_peer_port, api_port = _free_port(), _free_port(), _free_port()
         self.etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self.server = f"https://127.0.0.1:{api_port}"
+        self.server = f"https://{self.node_address or '127.0.0.1'}:{api_port}"
         self._etcd = _Process(
             "etcd",
             [
@@ -289,6 +294,7 @@ class ControlPlane:
             "--allow-privileged": "true",
             "--profiling": "false",
             "--v": "1",
+            **(self._node_args(pki) if self.node_address else {}),
             **self.extra_apiserver_args,
         }
         self._apiserver = _Process(
@@ -305,6 +311,21 @@ class ControlPlane:
         self._etcd.start()
         self._apiserver.start()
         self._wait_ready()
+
+    def _node_args(self, pki: Path) -> dict[str, str]:
+        assert self._ca is not None and self.node_address is not None
+        cert, key = self._ca.issue_client(
+            "kube-apiserver-kubelet-client", ["system:masters"]
+        ).write(pki, "kubelet-client")
+        return {
+            "--bind-address": self.node_address,
+            "--advertise-address": self.node_address,
+            "--authorization-mode": "Node,RBAC",
+            "--disable-admission-plugins": "",
+            "--kubelet-client-certificate": str(cert),
+            "--kubelet-client-key": str(key),
+            "--kubelet-preferred-address-types": "InternalIP",
+        }
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout

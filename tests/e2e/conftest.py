@@ -1,0 +1,97 @@
+"""The end-to-end suite: one local cluster with a real node per session (`make e2e`).
+
+The images are built (or taken from the cache) first: pause, the operator from this
+checkout's sources, PostgreSQL 15 and the S3 client. Where the machine cannot host a node
+(not root, no overlayfs, ...) every test here is skipped with that one-line reason.
+
+The session's teardown asserts that the node left nothing behind: no network namespace, no
+host end of its link, no mount under its work directory, no ``kubepods`` cgroup, and the
+kernel settings the kubelet changes back to their recorded values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller_runtime.envtest.node import cleanup, network
+from controller_runtime.envtest.node.cluster import LocalCluster, NodeUnavailableError, preflight
+from controller_runtime.envtest.node.images import (
+    aws_cli_image,
+    ensure_image,
+    operator_image,
+    operator_tag,
+    postgres_image,
+)
+from tests.e2e.operator import install
+from tests.e2e.support import TIMINGS, Images
+
+_FAILED: list[str] = []
+"""A session fixture that failed is retried by every test that uses it: building images or
+starting the node takes minutes, so the first failure is remembered and repeated instead."""
+
+
+@pytest.fixture(scope="session")
+def images() -> Images:
+    try:
+        preflight()
+    except NodeUnavailableError as err:
+        pytest.skip(str(err))
+    if _FAILED:
+        pytest.fail(f"the images or the node failed earlier in this session: {_FAILED[0]}")
+    tag = operator_tag()
+    try:
+        return Images(
+            operator=f"controller-runtime-py/operator:{tag}",
+            operator_archive=ensure_image(operator_image(tag)),
+            postgres_archive=ensure_image(postgres_image()),
+            aws_cli_archive=ensure_image(aws_cli_image()),
+        )
+    except Exception as err:
+        _FAILED.append(str(err).splitlines()[0])
+        raise
+
+
+@pytest.fixture(scope="session")
+def cluster(images: Images) -> Iterator[LocalCluster]:
+    before = cleanup.record_kernel_settings()
+    node = LocalCluster(
+        crd_directory=None,
+        images=[images.operator_archive, images.postgres_archive, images.aws_cli_archive],
+    )
+    if _FAILED:
+        pytest.fail(f"the images or the node failed earlier in this session: {_FAILED[0]}")
+    try:
+        node.start()
+    except Exception as err:
+        _FAILED.append(str(err).splitlines()[0])
+        raise
+    TIMINGS.update({f"cluster_{k}": v for k, v in node.timings.items()})
+    workdir: Path = node.workdir
+    try:
+        yield node
+        TIMINGS.update({f"memory_mib_{k}": v for k, v in node.memory_mib().items()})
+    finally:
+        node.stop()
+        print(f"\ne2e timings and memory: {TIMINGS}")
+    leftovers = []
+    if network.exists():
+        leftovers.append(f"network namespace {network.NETNS}")
+    if Path(f"/sys/class/net/{network.HOST_VETH}").exists():
+        leftovers.append(f"interface {network.HOST_VETH}")
+    leftovers += [f"mount {m}" for m in cleanup.mounts_under(workdir)]
+    leftovers += [f"cgroup {c}" for c in cleanup.kubepods_cgroups()]
+    if workdir.exists():
+        leftovers.append(f"directory {workdir}")
+    if cleanup.record_kernel_settings() != before:
+        leftovers.append(f"kernel settings {cleanup.record_kernel_settings()} != {before}")
+    assert not leftovers, f"the local node left behind: {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: LocalCluster, images: Images) -> str:
+    """The operator installed with ``kubectl apply -k`` (2 replicas ready); its image."""
+    TIMINGS["operator_install_to_ready"] = install(cluster, images.operator)
+    return images.operator
