@@ -405,7 +405,9 @@ class OwnWritesOverlay:
     ) -> None:
         self._writes[(api_version, kind, namespace or "", name)] = _OwnWrite(None, None, uid)
 
-    def resolve(
+    # One return per case: no write of ours, our delete, our write seen or not yet seen by the
+    # cache, and (absent from the cache) not seen yet or seen and gone since.
+    def resolve(  # noqa: PLR0911
         self,
         api_version: str,
         kind: str,

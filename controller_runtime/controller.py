@@ -443,7 +443,9 @@ class Controller:
             log.exception("Could not requeue %s", request, extra={"controller": self.name})
         await asyncio.sleep(min(_WORKER_PAUSE * 2 ** (failures - 1), _WORKER_PAUSE_CAP))
 
-    async def _process(self, request: Request, priority: int) -> None:
+    # One reconcile's life (guard, timeout, each result and error kind, metrics, queue bookkeeping)
+    # in one place, in order, as the table in the module docs lists it.
+    async def _process(self, request: Request, priority: int) -> None:  # noqa: PLR0912,PLR0915
         queue = self.queue
         guard = self.guard
         if guard is not None:

@@ -504,7 +504,8 @@ class WorkQueue(Generic[T]):
             else:
                 self._waiting_stale -= 1
 
-    def _take(self) -> tuple[T, int] | None:
+    # The hand-out path of every reconcile, kept in one function on purpose (no extra calls).
+    def _take(self) -> tuple[T, int] | None:  # noqa: PLR0912
         if self._shutting_down:
             raise QueueShutDownError(f"work queue {self.name!r} is shut down")
         now = self._clock()

@@ -143,7 +143,8 @@ async def setup_controllers(manager: Manager, settings: OperatorSettings) -> Non
         await CONTROLLERS[name](manager, ControllerOptions(max_concurrent_reconciles=workers))
 
 
-async def run_operator(settings: OperatorSettings) -> int:
+# One exit status per way the operator can end, each with its own message.
+async def run_operator(settings: OperatorSettings) -> int:  # noqa: PLR0911
     """Run until SIGTERM/SIGINT. Returns the process exit status."""
     try:
         config = await load_config(settings.kubeconfig, settings.context)

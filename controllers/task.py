@@ -10,6 +10,11 @@ The ``Overdue`` condition says the same with a reason, and ``observedGeneration`
 which spec the status describes. The status is written only when it changes (a merge patch
 of the status subresource, conditioned on the resourceVersion read), and an open task with a
 future deadline is requeued for the moment the deadline passes: no polling.
+
+When a task turns Overdue, the controller records a Warning Event (reason ``Overdue``) about
+it, once per transition (after the status write that made it so succeeded), so
+``kubectl describe task`` and ``kubectl get events`` show it. ``status.state`` is a selectable
+field of the CRD: ``kubectl get tasks --field-selector status.state=Overdue`` lists them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from controller_runtime import (
     ControllerBuilder,
     ControllerHost,
     ControllerOptions,
+    EventRecorder,
     GenerationChanged,
     NotFoundError,
     Request,
@@ -32,6 +38,7 @@ from controller_runtime import (
     ShardedController,
     set_condition,
 )
+from controllers.recording import controller_recorder
 
 TASK_API_VERSION = "tasks.crpy.io/v1"
 TASK_KIND = "Task"
@@ -89,11 +96,15 @@ def derive_status(task: dict[str, Any], now: datetime) -> tuple[dict[str, Any], 
 
 
 class TaskReconciler:
-    """Reconciles one Task; ``clock`` is injectable for tests."""
+    """Reconciles one Task; ``clock`` is injectable for tests. With a ``recorder``, a task
+    turning Overdue gets a Warning Event (none without one)."""
 
-    def __init__(self, client: Client, *, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, client: Client, *, clock: Clock = utcnow, recorder: EventRecorder | None = None
+    ) -> None:
         self.client = client
         self.clock = clock
+        self.recorder = recorder
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
@@ -107,6 +118,12 @@ class TaskReconciler:
                 "status": status,
             }
             await self.client.patch_status(task, patch)
+            was = (task.get("status") or {}).get("state")
+            if status["state"] == "Overdue" and was != "Overdue" and self.recorder is not None:
+                deadline = (task.get("spec") or {}).get("deadline")
+                self.recorder.record(
+                    task, "Warning", "Overdue", f"the deadline {deadline} has passed", "Derive"
+                )
         return Result(requeue_after=wake_in) if wake_in is not None else None
 
 
@@ -125,10 +142,15 @@ async def setup_task_controller(
     *,
     options: ControllerOptions | None = None,
     clock: Clock = utcnow,
+    recorder: EventRecorder | None = None,
 ) -> Controller:
     """Build the Task controller on ``host`` (a manager): watch Tasks, reconcile on spec
-    changes (``GenerationChanged``: its own status writes do not trigger it again)."""
-    return await _task_builder(host, options).complete(TaskReconciler(client, clock=clock))
+    changes (``GenerationChanged``: its own status writes do not trigger it again). Events
+    go to ``recorder``, by default a new one reporting as ``tasks.crpy.io/task-controller``
+    that is closed when ``host`` stops."""
+    recorder = controller_recorder(host, client, "tasks.crpy.io/task-controller", recorder)
+    reconciler = TaskReconciler(client, clock=clock, recorder=recorder)
+    return await _task_builder(host, options).complete(reconciler)
 
 
 async def setup_sharded_task_controller(
@@ -137,7 +159,11 @@ async def setup_sharded_task_controller(
     *,
     options: ControllerOptions | None = None,
     clock: Clock = utcnow,
+    recorder: EventRecorder | None = None,
 ) -> ShardedController:
     """The Task controller sharded over the manager's ring (``ManagerOptions.shard_ring``):
-    each replica reconciles the Tasks of the slots it owns."""
-    return await _task_builder(host, options).complete_sharded(TaskReconciler(client, clock=clock))
+    each replica reconciles the Tasks of the slots it owns. Events as for
+    :func:`setup_task_controller`."""
+    recorder = controller_recorder(host, client, "tasks.crpy.io/task-controller", recorder)
+    reconciler = TaskReconciler(client, clock=clock, recorder=recorder)
+    return await _task_builder(host, options).complete_sharded(reconciler)

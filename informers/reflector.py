@@ -340,7 +340,8 @@ class Reflector:
         del body, raw_items
         return self.machine.list_page(self._loop_time(), items, resource_version, continue_token)
 
-    async def _watch(self, request: WatchRequest) -> list[Effect]:
+    # One return per way a watch ends, each handed to the machine as its own input.
+    async def _watch(self, request: WatchRequest) -> list[Effect]:  # noqa: PLR0911,PLR0912
         machine = self.machine
         headers = {"Accept": METADATA_ACCEPT} if self.metadata_only else None
         params = {**self._selectors, **request.params}

@@ -40,7 +40,7 @@ States (see :class:`State`) follow kube-rs's watcher in spirit; every transition
     any             stop (CloseWatch if open)                   STOP                STOPPED
 
 Wire semantics implemented here (numbers from client-go ``tools/cache/reflector.go``, the pager,
-and the apiserver; see ``reference/kubernetes-api-semantics.md`` sections 1, 2 and 4):
+and the apiserver; docs/design.md, "Wire semantics are handled on purpose"):
 
 - Paginated LIST (``limit=500``, ``continue``); pages may be empty with a token, only an empty
   token ends the list, the list RV is taken from the first page. A 410 on a continue page means
@@ -247,7 +247,8 @@ class Sleep:
 class ReplaceStore:
     """Swap the store's whole content for ``items`` atomically, at ``resource_version``.
 
-    Keys present in the store and absent here must be reported as deletions (decision 3).
+    Keys present in the store and absent here must be reported as deletions (docs/design.md,
+    "Relists replace the store at once").
     """
 
     items: list[Any]
@@ -803,7 +804,8 @@ class ReflectorMachine:
             now, effects, _Resume.FULL_SYNC, Transition.RELIST_LATER, "malformed watch event"
         )
 
-    def watch_ended(self, now: float, *, clean: bool) -> list[Effect]:
+    # A transition table: one return per case of the table in the module docs.
+    def watch_ended(self, now: float, *, clean: bool) -> list[Effect]:  # noqa: PLR0911
         """The watch body ended: ``clean`` for EOF at an event boundary, False for a cut.
 
         A body cut mid-object is not clean (the partial line is dropped, never decoded).

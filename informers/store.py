@@ -2,9 +2,9 @@
 
 Objects are held as exact-size orjson-encoded ``bytes`` plus the few fields the indexes need, and
 decoded on every read. A read therefore returns a fresh ``dict`` the caller owns (mutating it
-never touches the cache), and the cache costs about what the JSON costs (DESIGN decision 7):
-``python -m bench.store_memory`` measured ~960 B of RSS per object for 644 B of JSON, against
-~2.8 KB for a dict of decoded objects.
+never touches the cache), and the cache costs about what the JSON costs (see docs/design.md,
+"The cache"): ``python -m bench.store_memory`` measured ~960 B of RSS per object for 644 B of
+JSON, against ~2.8 KB for a dict of decoded objects.
 
 The store is written by one reflector and read by many, all on **one event loop**; it is not
 thread-safe. Every method is synchronous except :meth:`Store.wait_for_resource_version`, so each

@@ -319,7 +319,7 @@ def blocking_owner_accesses(
 
 def rbac_problems(documents: Iterable[Mapping[str, Any]]) -> list[str]:
     """Where the Roles and ClusterRoles in ``documents`` break the RBAC good practices
-    (``reference/kubernetes-api-semantics.md`` section 6); empty when they follow them."""
+    (docs/design.md, "RBAC"); empty when they follow them."""
     problems = []
     for doc in documents:
         kind = doc.get("kind")

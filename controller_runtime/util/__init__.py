@@ -5,16 +5,19 @@ See ``docs/helpers.md`` for an example of each.
 """
 
 from controller_runtime.util.conditions import (
+    Condition,
     ConditionStatus,
     format_time,
     get_condition,
     is_true,
     remove_condition,
     set_condition,
+    set_conditions,
     status_conditions,
 )
 from controller_runtime.util.events import EventRecorder, EventRecorderOptions
 from controller_runtime.util.finalizers import (
+    CleanupPending,
     FinalizeAction,
     FinalizeOutcome,
     add_finalizer,
@@ -49,7 +52,9 @@ from controller_runtime.util.ownership import (
 
 __all__ = [
     "AlreadyOwnedError",
+    "CleanupPending",
     "ClusterScopedDependentError",
+    "Condition",
     "ConditionStatus",
     "CrossNamespaceOwnerError",
     "EventRecorder",
@@ -79,6 +84,7 @@ __all__ = [
     "remove_finalizer_patch",
     "remove_owner_reference",
     "set_condition",
+    "set_conditions",
     "set_controller_reference",
     "set_owner_reference",
     "status_conditions",

@@ -293,7 +293,10 @@ class EventRecorder:
         await self._idle.wait()
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Flush (for at most ``timeout`` seconds), then stop the writer."""
+        """Flush (for at most ``timeout`` seconds), then stop the writer. A recorder that
+        never recorded anything closes at once, without yielding to the event loop."""
+        if self._task is None and not self._dirty:
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.flush(), timeout)
         if self._task is not None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller_runtime.client import PatchType
+from controller_runtime.reconcile import Result
 from kubeclient.errors import ConflictError, InvalidError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,23 @@ class FinalizeAction(enum.Enum):
     """Being deleted: ``cleanup`` ran and the finalizer was removed."""
     SKIPPED = "skipped"
     """Being deleted (or gone) without our finalizer: nothing to do."""
+    PENDING = "pending"
+    """Being deleted: ``cleanup`` ran but is not finished (it returned
+    :class:`CleanupPending`); the finalizer stays."""
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupPending:
+    """What a ``cleanup`` returns when it has started but is not finished (it waits for
+    dependents to go, say): the finalizer stays and the reconcile ends without an error.
+
+    ``requeue_after``: seconds until the reconcile should look again (``None``: only when an
+    event arrives, for cleanup that waits on objects the controller watches, e.g. its owned
+    objects going away). ``message`` says what it waits for, for logs and conditions.
+    """
+
+    message: str
+    requeue_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,19 +266,29 @@ class FinalizeOutcome:
     ``obj`` is the latest state the server returned (``None`` if the object was found gone;
     after the removal of its last finalizer, the object's final state);
     ``deleting`` is true when the object is being deleted or gone, i.e. the reconcile should
-    stop rather than act on the object.
+    stop rather than act on the object; ``pending`` is what ``cleanup`` returned when it is not
+    finished (action ``PENDING``), and :attr:`result` the reconcile's result for it.
     """
 
     action: FinalizeAction
     obj: dict[str, Any] | None
     deleting: bool
+    pending: CleanupPending | None = None
+
+    @property
+    def result(self) -> Result | None:
+        """``Result(requeue_after=...)`` when cleanup is pending with a delay, else ``None``:
+        return it from the reconcile when :attr:`deleting`."""
+        if self.pending is None or self.pending.requeue_after is None:
+            return None
+        return Result(requeue_after=self.pending.requeue_after)
 
 
 async def handle_finalization(
     client: FinalizerClient,
     obj: dict[str, Any],
     name: str,
-    cleanup: Callable[[dict[str, Any]], Awaitable[None]],
+    cleanup: Callable[[dict[str, Any]], Awaitable[CleanupPending | None]],
 ) -> FinalizeOutcome:
     """The finalizer half of a reconcile.
 
@@ -271,8 +299,10 @@ async def handle_finalization(
       removed concurrently.
     - Being deleted without it: nothing.
 
-    If ``cleanup`` raises, the exception propagates and the finalizer stays, so the
-    reconcile is retried. ``cleanup`` runs at least once per deletion and, if the removal
+    If ``cleanup`` returns :class:`CleanupPending`, it is not finished: the finalizer stays
+    and the outcome is ``PENDING`` (return ``outcome.result`` to requeue as it asked). If
+    ``cleanup`` raises, the exception propagates and the finalizer stays, so the reconcile is
+    retried with backoff. ``cleanup`` runs at least once per deletion and, if the removal
     fails afterwards (or the process dies in between), again on the next reconcile: make it
     idempotent.
     """
@@ -286,6 +316,16 @@ async def handle_finalization(
             return await handle_finalization(client, latest, name, cleanup)
         action = FinalizeAction.UNCHANGED if latest is obj else FinalizeAction.ADDED
         return FinalizeOutcome(action, latest, deleting=False)
+    return await _finalize(client, obj, name, cleanup)
+
+
+async def _finalize(
+    client: FinalizerClient,
+    obj: dict[str, Any],
+    name: str,
+    cleanup: Callable[[dict[str, Any]], Awaitable[CleanupPending | None]],
+) -> FinalizeOutcome:
+    """The being-deleted half of :func:`handle_finalization`."""
     if not contains_finalizer(obj, name):
         return FinalizeOutcome(FinalizeAction.SKIPPED, obj, deleting=True)
     try:
@@ -294,6 +334,8 @@ async def handle_finalization(
         return FinalizeOutcome(FinalizeAction.SKIPPED, None, deleting=True)
     if not contains_finalizer(live, name):
         return FinalizeOutcome(FinalizeAction.SKIPPED, live, deleting=True)
-    await cleanup(live)
+    pending = await cleanup(live)
+    if pending is not None:
+        return FinalizeOutcome(FinalizeAction.PENDING, live, deleting=True, pending=pending)
     remaining = await release_finalizer(client, live, name)
     return FinalizeOutcome(FinalizeAction.FINALIZED, remaining, deleting=True)

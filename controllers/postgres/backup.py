@@ -19,6 +19,7 @@ from typing import Any
 from controller_runtime import (
     AlreadyExistsError,
     Client,
+    Condition,
     Controller,
     ControllerBuilder,
     ControllerHost,
@@ -110,7 +111,7 @@ class BackupReconciler:
                 set_conditions(
                     status,
                     generation,
-                    (
+                    Condition(
                         "Complete",
                         False,
                         "InstanceNotFound",
@@ -153,8 +154,8 @@ class BackupReconciler:
         set_conditions(
             status,
             generation,
-            ("Complete", phase == "Succeeded", phase, message),
-            ("Failed", phase == "Failed", phase, message if phase == "Failed" else ""),
+            Condition("Complete", phase == "Succeeded", phase, message),
+            Condition("Failed", phase == "Failed", phase, message if phase == "Failed" else ""),
         )
         await write_status(self.client, backup, status)
         return None

@@ -15,8 +15,16 @@ reconcile nor a stale cache can lose it. Other keys follow the instance (e.g. a 
 ``status.binding.name`` names the Secret (the servicebinding.io duck type); ``Ready`` mirrors
 the PostgresUser's.
 
-Deleting the binding (finalizer ``postgres.crpy.io/binding``) deletes the PostgresUser, whose
-own finalizer drops the role, and the Secret; the binding goes once the PostgresUser is gone.
+What only the user can fix ends the reconcile without retries: an invalid role or database
+name (``InvalidSpec``), and a Secret of that name that this binding does not control
+(``SecretNotOwned``: Ready False, a Warning Event, and a ``TerminalError``; the binding is
+reconciled again when it changes). A missing instance (``InstanceNotFound``) gets a Warning
+Event too; the binding is reconciled again when the instance appears.
+
+Deleting the binding (finalizer ``postgres.crpy.io/binding``, through
+:func:`~controller_runtime.handle_finalization`) deletes the PostgresUser, whose own finalizer
+drops the role, and the Secret; the cleanup stays pending (the finalizer stays) until the
+PostgresUser is gone, whose deletion event brings the binding back.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from urllib.parse import quote
 
 from controller_runtime import (
     AlreadyExistsError,
+    CleanupPending,
     Client,
+    Condition,
     Controller,
     ControllerBuilder,
     ControllerHost,
@@ -37,13 +47,12 @@ from controller_runtime import (
     NotFoundError,
     Request,
     Result,
-    contains_finalizer,
-    ensure_finalizer,
+    TerminalError,
     get_condition,
+    handle_finalization,
     is_being_deleted,
     is_controlled_by,
     reconcile_logger,
-    release_finalizer,
     set_controller_reference,
 )
 from controllers.postgres.api import (
@@ -120,6 +129,10 @@ def credentials(
     }
 
 
+class SecretNotOwnedError(Exception):
+    """The binding's Secret exists and another owner (or nobody) controls it."""
+
+
 class BindingReconciler:
     """Reconciles one ServiceBinding; see the module docs."""
 
@@ -132,18 +145,17 @@ class BindingReconciler:
             binding = await self.client.get(API_VERSION, BINDING, request)
         except NotFoundError:
             return None
-        if not is_being_deleted(binding):
-            binding = await ensure_finalizer(self.client, binding, BINDING_FINALIZER)
-        if is_being_deleted(binding):
-            await self._finalize(binding)
-            return None
+        outcome = await handle_finalization(self.client, binding, BINDING_FINALIZER, self._cleanup)
+        if outcome.deleting or outcome.obj is None:
+            return outcome.result
+        binding = outcome.obj
         meta = binding["metadata"]
         generation = meta.get("generation")
         status = status_copy(binding)
         status["observedGeneration"] = generation
 
         async def not_ready(reason: str, message: str) -> None:
-            set_conditions(status, generation, ("Ready", False, reason, message))
+            set_conditions(status, generation, Condition("Ready", False, reason, message))
             await write_status(self.client, binding, status)
 
         try:
@@ -157,10 +169,10 @@ class BindingReconciler:
                 API_VERSION, INSTANCE, name=instance_name, namespace=meta["namespace"]
             )
         except NotFoundError:
-            await not_ready(
-                "InstanceNotFound", f"PostgresInstance {instance_name!r} does not exist"
-            )
-            return None
+            message = f"PostgresInstance {instance_name!r} does not exist"
+            await not_ready("InstanceNotFound", message)
+            self.recorder.record(binding, "Warning", "InstanceNotFound", message, "Bind")
+            return None  # the instance watch brings the binding back when it appears
         endpoint = (instance.get("status") or {}).get("endpoint")
         if not endpoint:
             await not_ready(
@@ -168,7 +180,12 @@ class BindingReconciler:
             )
             return None
         name = secret_name(binding)
-        await self._ensure_secret(binding, instance, endpoint, role, database)
+        try:
+            await self._ensure_secret(binding, instance, endpoint, role, database)
+        except SecretNotOwnedError as err:
+            await not_ready("SecretNotOwned", str(err))
+            self.recorder.record(binding, "Warning", "SecretNotOwned", str(err), "Bind")
+            raise TerminalError(str(err)) from err
         user = {
             "apiVersion": API_VERSION,
             "kind": USER,
@@ -192,16 +209,13 @@ class BindingReconciler:
         status["roleName"] = role
         status["database"] = database
         if user_ready and user_ready.get("status") == "True":
-            ready: tuple[str, bool, str, str] = (
-                "Ready",
-                True,
-                "Bound",
-                f"Secret {name} holds the credentials of role {role}",
+            ready = Condition(
+                "Ready", True, "Bound", f"Secret {name} holds the credentials of role {role}"
             )
         else:
             reason = (user_ready or {}).get("reason") or "UserPending"
             message = (user_ready or {}).get("message") or "waiting for the PostgresUser"
-            ready = ("Ready", False, reason, message)
+            ready = Condition("Ready", False, reason, message)
         set_conditions(status, generation, ready)
         await write_status(self.client, binding, status)
         return None
@@ -219,7 +233,10 @@ class BindingReconciler:
         except NotFoundError:
             existing = None
         if existing is not None and not is_controlled_by(existing, binding):
-            raise RuntimeError(f"Secret {name} exists and is not controlled by this binding")
+            raise SecretNotOwnedError(
+                f"Secret {name} exists and is not controlled by this binding: delete it, or set "
+                "spec.secretName to another name (on a new binding: it cannot change)"
+            )
         current = decode_secret(existing) if existing is not None else {}
         password = current.get("password") or generate_password()
         desired = credentials(instance, endpoint, role, database, password)
@@ -255,9 +272,9 @@ class BindingReconciler:
             await self.client.patch(existing, patch)
             log.info("updated Secret %s", name)
 
-    async def _finalize(self, binding: Obj) -> None:
-        if not contains_finalizer(binding, BINDING_FINALIZER):
-            return
+    async def _cleanup(self, binding: Obj) -> CleanupPending | None:
+        """Delete the binding's PostgresUser and Secret; pending until the PostgresUser (whose
+        own finalizer drops the role) is gone."""
         meta = binding["metadata"]
         for api_version, kind, name in (
             (API_VERSION, USER, meta["name"]),
@@ -272,7 +289,7 @@ class BindingReconciler:
             if not is_controlled_by(obj, binding):
                 continue
             if kind == USER and is_being_deleted(obj):
-                return  # still dropping its role; its deletion brings us back
+                return CleanupPending(f"PostgresUser {name} is still dropping its role")
             try:
                 remaining = await self.client.delete(
                     obj, preconditions={"uid": obj["metadata"]["uid"]}
@@ -280,11 +297,11 @@ class BindingReconciler:
             except NotFoundError:
                 continue
             if kind == USER and remaining is not None:
-                return
-        await release_finalizer(self.client, binding, BINDING_FINALIZER)
+                return CleanupPending(f"PostgresUser {name} is dropping its role")
         self.recorder.record(
             binding, "Normal", "Unbound", "deleted the PostgresUser and the Secret", "Unbind"
         )
+        return None
 
 
 async def setup_binding_controller(

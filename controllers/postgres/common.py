@@ -6,19 +6,19 @@ from __future__ import annotations
 import base64
 import copy
 import logging
-import os
-import socket
 from collections.abc import Mapping
 from typing import Any
 
 from controller_runtime import (
     Cache,
     Client,
+    Condition,
     EventRecorder,
     merge_patch,
-    set_condition,
     status_conditions,
 )
+from controller_runtime import set_conditions as set_all
+from controllers import recording
 from controllers.postgres.api import ref_name
 
 log = logging.getLogger(__name__)
@@ -40,21 +40,9 @@ async def write_status(client: Client, obj: Obj, status: Mapping[str, Any]) -> O
     return await client.patch_status(obj, patch)
 
 
-def set_conditions(
-    status: Obj, generation: int | None, *conditions: tuple[str, bool | str, str, str]
-) -> None:
-    """Set ``(type, status, reason, message)`` conditions on a status dict (in place)."""
-    holder = {"status": status}
-    listed = status_conditions(holder)
-    for condition_type, value, reason, message in conditions:
-        set_condition(
-            listed,
-            condition_type,
-            value,  # type: ignore[arg-type]
-            reason=reason,
-            message=message,
-            observed_generation=generation,
-        )
+def set_conditions(status: Obj, generation: int | None, *conditions: Condition) -> None:
+    """Set ``conditions`` on a status dict (in place), observed at ``generation``."""
+    set_all(status_conditions({"status": status}), *conditions, observed_generation=generation)
 
 
 def status_copy(obj: Obj) -> Obj:
@@ -80,44 +68,12 @@ def redact(text: str, *secrets: str | None) -> str:
     return text
 
 
-class RecorderRunnable:
-    """Closes an :class:`EventRecorder` when the manager stops (a manager runnable)."""
-
-    need_leader_election = False
-
-    def __init__(self, recorder: EventRecorder) -> None:
-        self.recorder = recorder
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self, drain_timeout: float | None) -> None:
-        await self.recorder.close()
-
-
-def make_recorder(client: Client, controller: str) -> EventRecorder:
-    """An event recorder reporting as ``postgres.crpy.io/<controller>`` from this process
-    (the Pod name in a cluster, the host name elsewhere)."""
-    instance = os.environ.get("POD_NAME") or socket.gethostname() or "operator"
-    return EventRecorder(
-        client,
-        reporting_controller=f"postgres.crpy.io/{controller}",
-        reporting_instance=instance[:128],
-    )
-
-
 def controller_recorder(
     host: object, client: Client, controller: str, recorder: EventRecorder | None
 ) -> EventRecorder:
-    """``recorder``, or a new one for ``controller`` that is closed when ``host`` (a
-    manager, if it has ``add``) stops."""
-    if recorder is not None:
-        return recorder
-    recorder = make_recorder(client, controller)
-    add = getattr(host, "add", None)
-    if add is not None:
-        add(RecorderRunnable(recorder))
-    return recorder
+    """``recorder``, or a new one reporting as ``postgres.crpy.io/<controller>`` that is
+    closed when ``host`` (a manager, if it has ``add``) stops."""
+    return recording.controller_recorder(host, client, f"postgres.crpy.io/{controller}", recorder)
 
 
 def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj) -> list[Obj]:

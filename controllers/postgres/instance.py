@@ -15,10 +15,19 @@ it changes.
 restores that ``pg_dump`` Backup into it (``status.restore``); the instance is Ready only
 after it succeeded.
 
-Deletion (finalizer ``postgres.crpy.io/instance``) waits until no PostgresUser refers to the
-instance (their finalizers drop their roles while the server is still there), then, with
-``spec.deletionPolicy: Delete``, deletes the instance's PersistentVolumeClaims; ``Retain``
-(default) keeps them. Rendered objects go with the instance by garbage collection.
+A refused version is a Warning Event too (the condition's reason), and the instance keeps what
+runs.
+
+Deletion (finalizer ``postgres.crpy.io/instance``, through
+:func:`~controller_runtime.handle_finalization`) stays pending while a PostgresUser refers to
+the instance (their finalizers drop their roles while the server is still there; their
+deletion events bring the instance back), then, with ``spec.deletionPolicy: Delete``, deletes
+the instance's PersistentVolumeClaims; ``Retain`` (default) keeps them. Rendered objects go with
+the instance by garbage collection.
+
+The in-cluster path is observe (the StatefulSet) → decide (pure functions below:
+:func:`rollout_progress`, :func:`kept_claim_templates`, :func:`rendered_children`,
+:func:`degraded_condition`) → apply (objects, then status); see docs/design.md.
 """
 
 from __future__ import annotations
@@ -26,12 +35,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from controller_runtime import (
     DELETED,
     AlreadyExistsError,
+    CleanupPending,
     Client,
+    Condition,
     Controller,
     ControllerBuilder,
     ControllerHost,
@@ -42,11 +54,8 @@ from controller_runtime import (
     Request,
     Result,
     StoreDelta,
-    contains_finalizer,
-    ensure_finalizer,
-    is_being_deleted,
+    handle_finalization,
     reconcile_logger,
-    release_finalizer,
     set_controller_reference,
 )
 from controllers.postgres import jobs, render, sql
@@ -93,16 +102,105 @@ Obj = dict[str, Any]
 FIELD_MANAGER = "postgres-instance"
 
 
-def rollout(sts: Obj, replicas: int) -> tuple[bool, bool, str]:
-    """(ready, rolled out, message) of a StatefulSet as its controller reports it."""
+@dataclass(frozen=True, slots=True)
+class RolloutProgress:
+    """How far the StatefulSet's rollout is, as its controller reports it."""
+
+    ready: bool
+    """Rolled out, and every replica ready."""
+    rolled: bool
+    """The controller saw the latest spec and every replica runs the latest revision."""
+    ready_replicas: int
+    message: str
+    ready_reason: str
+
+    def restoring(self, message: str) -> RolloutProgress:
+        """The same rollout, not Ready because ``spec.restore`` has not finished."""
+        return replace(self, ready=False, ready_reason="Restoring", message=message)
+
+    def conditions(self) -> tuple[Condition, Condition]:
+        """``Ready`` and ``Progressing``."""
+        if not self.rolled:
+            progressing = "RollingOut"
+        else:
+            progressing = "WaitingForReplicas" if not self.ready else "RolledOut"
+        return (
+            Condition("Ready", self.ready, self.ready_reason, self.message),
+            Condition("Progressing", not (self.ready and self.rolled), progressing, self.message),
+        )
+
+
+def rollout_progress(sts: Obj, replicas: int) -> RolloutProgress:
+    """The rollout of ``sts`` towards ``replicas`` ready pods."""
     status = sts.get("status") or {}
     observed = int(status.get("observedGeneration", 0)) >= int(sts["metadata"].get("generation", 1))
     ready = int(status.get("readyReplicas", 0))
     updated = int(status.get("updatedReplicas", 0))
     revisions_match = status.get("currentRevision") == status.get("updateRevision")
     rolled = observed and updated >= replicas and revisions_match
-    message = f"{ready}/{replicas} replicas ready, {updated} updated"
-    return rolled and ready >= replicas, rolled, message
+    all_ready = rolled and ready >= replicas
+    return RolloutProgress(
+        ready=all_ready,
+        rolled=rolled,
+        ready_replicas=ready,
+        message=f"{ready}/{replicas} replicas ready, {updated} updated",
+        ready_reason="AllReplicasReady" if all_ready else "NotReady",
+    )
+
+
+def degraded_condition(problems: list[Condition]) -> Condition:
+    """``Degraded``: the first problem's reason, every problem's message; ``AsExpected``
+    when there is none."""
+    if not problems:
+        return Condition("Degraded", False, "AsExpected", "")
+    return Condition("Degraded", True, problems[0].reason, "; ".join(p.message for p in problems))
+
+
+def external_verdict(instance: Obj, policy: Obj | None, actual: Version) -> Verdict:
+    """Whether the external server's version ``actual`` is acceptable: it must match
+    ``spec.version``'s major when set, and be enabled by the policy."""
+    status, spec = instance.get("status") or {}, instance.get("spec") or {}
+    previous = status.get("version")
+    running = Version(parse_version(previous.split(".")[0]).major) if previous else None
+    wanted = spec.get("version")
+    if wanted and _major(wanted) != actual.major:
+        return Verdict(
+            False, None, "VersionMismatch", f"spec.version is {wanted} but the server runs {actual}"
+        )
+    return evaluate(policy, str(actual.major), running)
+
+
+def kept_claim_templates(
+    instance: Obj, sts: Obj | None
+) -> tuple[list[Obj] | None, Condition | None]:
+    """The StatefulSet's volume claim templates, which cannot change once it exists (``None``
+    before), and a ``Degraded`` problem when the spec asks for other storage."""
+    if sts is None:
+        return None, None
+    claims = sts["spec"].get("volumeClaimTemplates")
+    if claims and _claims_differ(claims, render.volume_claim_templates(instance)):
+        return claims, Condition(
+            "Degraded",
+            True,
+            "StorageChangeNotApplied",
+            "storage size and class are fixed once the StatefulSet exists; "
+            "expand its PersistentVolumeClaims instead",
+        )
+    return claims, None
+
+
+def rendered_children(instance: Obj, verdict: Verdict, claims: list[Obj] | None) -> list[Obj]:
+    """The objects an in-cluster instance runs on, the StatefulSet last;
+    :class:`render.RenderError` for a spec that cannot be rendered."""
+    assert verdict.version is not None and verdict.image is not None
+    return [
+        render.configmap(instance),
+        render.headless_service(instance),
+        render.primary_service(instance),
+        render.statefulset(
+            instance, version=str(verdict.version), image=verdict.image, claim_templates=claims
+        ),
+    ]
 
 
 def _claims_differ(existing: list[Obj], desired: list[Obj]) -> bool:
@@ -134,11 +232,12 @@ class InstanceReconciler:
             instance = await self.client.get(API_VERSION, INSTANCE, request)
         except NotFoundError:
             return None
-        if not is_being_deleted(instance):
-            instance = await ensure_finalizer(self.client, instance, INSTANCE_FINALIZER)
-        if is_being_deleted(instance):
-            await self._finalize(instance)
-            return None
+        outcome = await handle_finalization(
+            self.client, instance, INSTANCE_FINALIZER, self._cleanup
+        )
+        if outcome.deleting or outcome.obj is None:
+            return outcome.result
+        instance = outcome.obj
         policy = await self._policy()
         if (instance.get("spec") or {}).get("external"):
             return await self._external(instance, policy)
@@ -152,31 +251,25 @@ class InstanceReconciler:
 
     # -- deletion -------------------------------------------------------------------------
 
-    async def _finalize(self, instance: Obj) -> None:
-        if not contains_finalizer(instance, INSTANCE_FINALIZER):
-            return
+    async def _cleanup(self, instance: Obj) -> CleanupPending | None:
+        """Pending while PostgresUsers refer to the instance: their finalizers need the
+        server (and its admin Secret) to drop their roles, and their deletion events bring
+        the instance back. Then, with ``deletionPolicy: Delete``, delete the volumes."""
         meta = instance["metadata"]
         users = sorted(
             u["metadata"]["name"]
             for u in instance_referrers(self.client.cache, API_VERSION, USER, instance)
         )
         if users:
-            # The users' finalizers need the server (and its admin Secret) to drop their
-            # roles; their deletion events bring us back here.
+            message = f"waiting for {len(users)} PostgresUser(s) to drop their roles: " + (
+                ", ".join(users[:10])
+            )
             status = status_copy(instance)
             set_conditions(
-                status,
-                meta.get("generation"),
-                (
-                    "Ready",
-                    False,
-                    "Terminating",
-                    f"waiting for {len(users)} PostgresUser(s) to drop their roles: "
-                    + ", ".join(users[:10]),
-                ),
+                status, meta.get("generation"), Condition("Ready", False, "Terminating", message)
             )
             await write_status(self.client, instance, status)
-            return
+            return CleanupPending(message)
         spec = instance.get("spec") or {}
         if not spec.get("external") and spec.get("deletionPolicy") == "Delete":
             claims = await self.client.live.list(
@@ -196,13 +289,12 @@ class InstanceReconciler:
                     f"deleted {len(claims)} PersistentVolumeClaim(s) (deletionPolicy: Delete)",
                     "Delete",
                 )
-        await release_finalizer(self.client, instance, INSTANCE_FINALIZER)
+        return None
 
     # -- external servers -----------------------------------------------------------------
 
     async def _external(self, instance: Obj, policy: Obj | None) -> Result | None:
-        meta, spec = instance["metadata"], instance.get("spec") or {}
-        generation = meta.get("generation")
+        generation = instance["metadata"].get("generation")
         status = status_copy(instance)
         status["endpoint"] = render.endpoint(instance)
         status["observedGeneration"] = generation
@@ -214,57 +306,44 @@ class InstanceReconciler:
             set_conditions(
                 status,
                 generation,
-                ("Ready", False, reason, str(err)),
-                ("Progressing", False, reason, "retrying with backoff"),
-                ("Degraded", True, reason, str(err)),
+                Condition("Ready", False, reason, str(err)),
+                Condition("Progressing", False, reason, "retrying with backoff"),
+                Condition("Degraded", True, reason, str(err)),
             )
             await write_status(self.client, instance, status)
             raise
-        previous = status.get("version")
-        running = Version(parse_version(previous.split(".")[0]).major) if previous else None
-        verdict: Verdict
-        wanted = spec.get("version")
-        if wanted and _major(wanted) != actual.major:
-            verdict = Verdict(
-                False,
-                None,
-                "VersionMismatch",
-                f"spec.version is {wanted} but the server runs {actual}",
-            )
-        else:
-            verdict = evaluate(policy, str(actual.major), running)
+        verdict = external_verdict(instance, policy, actual)
         if verdict.accepted:
             status["version"] = str(actual)
-            ready = ("Ready", True, "Connected", f"the server answers (PostgreSQL {actual})")
+            ready = Condition(
+                "Ready", True, "Connected", f"the server answers (PostgreSQL {actual})"
+            )
         else:
-            ready = ("Ready", False, verdict.reason, verdict.message)
+            ready = Condition("Ready", False, verdict.reason, verdict.message)
             self._refused(instance, verdict)
         set_conditions(
             status,
             generation,
-            ("VersionAccepted", verdict.accepted, verdict.reason, verdict.message),
+            Condition("VersionAccepted", verdict.accepted, verdict.reason, verdict.message),
             ready,
-            ("Progressing", False, "Idle", ""),
-            ("Degraded", not verdict.accepted, verdict.reason, verdict.message),
+            Condition("Progressing", False, "Idle", ""),
+            Condition("Degraded", not verdict.accepted, verdict.reason, verdict.message),
         )
         await write_status(self.client, instance, status)
         return Result(requeue_after=self.recheck_after)
 
     # -- in-cluster servers ---------------------------------------------------------------
+    #
+    # observe (the StatefulSet that runs) → decide (the version, the objects to render, the
+    # conditions) → apply (the objects, then the status). Each step is a method below.
 
     async def _in_cluster(self, instance: Obj, policy: Obj | None) -> Result | None:
         meta, spec = instance["metadata"], instance.get("spec") or {}
         generation = meta.get("generation")
-        names = render.Names(meta["name"])
         status = status_copy(instance)
         status["endpoint"] = render.endpoint(instance)
         status["observedGeneration"] = generation
-        try:
-            sts: Obj | None = await self.client.get(
-                "apps/v1", "StatefulSet", name=names.statefulset, namespace=meta["namespace"]
-            )
-        except NotFoundError:
-            sts = None
+        sts = await self._observe_statefulset(instance)
         running = _rendered_version(sts)
         verdict = evaluate(
             policy,
@@ -272,61 +351,38 @@ class InstanceReconciler:
             running,
             allow_major_upgrade=bool(spec.get("allowMajorVersionUpgrade")),
         )
-        degraded: list[tuple[str, str]] = []
+        accepted = Condition("VersionAccepted", verdict.accepted, verdict.reason, verdict.message)
+        problems: list[Condition] = []
         if not verdict.accepted:
-            degraded.append((verdict.reason, verdict.message))
+            problems.append(Condition("Degraded", True, verdict.reason, verdict.message))
             self._refused(instance, verdict)
-        version_condition = ("VersionAccepted", verdict.accepted, verdict.reason, verdict.message)
         if verdict.version is None or verdict.image is None:
             set_conditions(
                 status,
                 generation,
-                version_condition,
-                ("Ready", False, verdict.reason, verdict.message),
-                ("Progressing", False, verdict.reason, "nothing is rendered"),
-                ("Degraded", True, verdict.reason, verdict.message),
+                accepted,
+                Condition("Ready", False, verdict.reason, verdict.message),
+                Condition("Progressing", False, verdict.reason, "nothing is rendered"),
+                Condition("Degraded", True, verdict.reason, verdict.message),
             )
             await write_status(self.client, instance, status)
             return None
-        claims = None
-        if sts is not None:
-            claims = sts["spec"].get("volumeClaimTemplates")
-            if claims and _claims_differ(claims, render.volume_claim_templates(instance)):
-                degraded.append(
-                    (
-                        "StorageChangeNotApplied",
-                        "storage size and class are fixed once the StatefulSet exists; "
-                        "expand its PersistentVolumeClaims instead",
-                    )
-                )
+        claims, storage_problem = kept_claim_templates(instance, sts)
+        if storage_problem is not None:
+            problems.append(storage_problem)
         try:
-            children = [
-                render.configmap(instance),
-                render.headless_service(instance),
-                render.primary_service(instance),
-                render.statefulset(
-                    instance,
-                    version=str(verdict.version),
-                    image=verdict.image,
-                    claim_templates=claims,
-                ),
-            ]
+            children = rendered_children(instance, verdict, claims)
         except render.RenderError as err:
             set_conditions(
                 status,
                 generation,
-                version_condition,
-                ("Degraded", True, "InvalidSpec", str(err)),
-                ("Progressing", False, "InvalidSpec", "fix the spec"),
+                accepted,
+                Condition("Degraded", True, "InvalidSpec", str(err)),
+                Condition("Progressing", False, "InvalidSpec", "fix the spec"),
             )
             await write_status(self.client, instance, status)
             return None
-        await self._ensure_superuser_secret(instance)
-        applied: Obj = {}
-        for child in children:
-            set_controller_reference(instance, child, owner_namespaced=True, obj_namespaced=True)
-            applied = await self.client.apply(child, field_manager=FIELD_MANAGER, force=True)
-        await self._pdb(instance)
+        applied = await self._apply_children(instance, children)
         if running is not None and running != verdict.version:
             self.recorder.record(
                 instance,
@@ -335,44 +391,48 @@ class InstanceReconciler:
                 f"rolling from PostgreSQL {running} to {verdict.version}",
                 "Upgrade",
             )
-        replicas = int(spec.get("replicas", 1))
-        ready, rolled, message = rollout(applied, replicas)
-        status["readyReplicas"] = int((applied.get("status") or {}).get("readyReplicas", 0))
-        if ready:
+        progress = rollout_progress(applied, int(spec.get("replicas", 1)))
+        status["readyReplicas"] = progress.ready_replicas
+        if progress.ready:
             status["version"] = str(verdict.version)
-        ready_reason = "AllReplicasReady" if ready else "NotReady"
         wait_for_backup = False
-        if spec.get("restore") and ready:
+        if spec.get("restore") and progress.ready:
             restored, restore_message = await self._restore(instance, status, verdict)
             if not restored:
-                ready, ready_reason, message = False, "Restoring", restore_message
+                progress = progress.restoring(restore_message)
                 if status["restore"].get("phase") == "Failed":
-                    degraded.append(("RestoreFailed", restore_message))
+                    problems.append(Condition("Degraded", True, "RestoreFailed", restore_message))
                 elif not status["restore"].get("jobName"):
                     # Waiting for the Backup, whose changes we do not watch: look again.
                     wait_for_backup = True
         set_conditions(
-            status,
-            generation,
-            version_condition,
-            ("Ready", ready, ready_reason, message),
-            (
-                "Progressing",
-                not (ready and rolled),
-                "RollingOut"
-                if not rolled
-                else ("WaitingForReplicas" if not ready else "RolledOut"),
-                message,
-            ),
-            (
-                "Degraded",
-                bool(degraded),
-                degraded[0][0] if degraded else "AsExpected",
-                "; ".join(m for _, m in degraded),
-            ),
+            status, generation, accepted, *progress.conditions(), degraded_condition(problems)
         )
         await write_status(self.client, instance, status)
         return Result(requeue_after=self.backup_poll) if wait_for_backup else None
+
+    async def _observe_statefulset(self, instance: Obj) -> Obj | None:
+        meta = instance["metadata"]
+        try:
+            return await self.client.get(
+                "apps/v1",
+                "StatefulSet",
+                name=render.Names(meta["name"]).statefulset,
+                namespace=meta["namespace"],
+            )
+        except NotFoundError:
+            return None
+
+    async def _apply_children(self, instance: Obj, children: list[Obj]) -> Obj:
+        """Apply the rendered objects (the StatefulSet last) and the superuser Secret and
+        PodDisruptionBudget; return the StatefulSet as applied."""
+        await self._ensure_superuser_secret(instance)
+        applied: Obj = {}
+        for child in children:
+            set_controller_reference(instance, child, owner_namespaced=True, obj_namespaced=True)
+            applied = await self.client.apply(child, field_manager=FIELD_MANAGER, force=True)
+        await self._pdb(instance)
+        return applied
 
     async def _restore(self, instance: Obj, status: Obj, verdict: Verdict) -> tuple[bool, str]:
         """Run the restore Job of ``spec.restore`` once the server is up; (done, message).

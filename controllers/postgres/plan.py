@@ -29,6 +29,7 @@ from typing import Any
 from controller_runtime import (
     AlreadyExistsError,
     Client,
+    Condition,
     Controller,
     ControllerBuilder,
     ControllerHost,
@@ -133,7 +134,8 @@ class PlanReconciler:
         self.recorder = recorder
         self.clock = clock
 
-    async def reconcile(self, request: Request) -> Result | None:
+    # The scheduling steps (validate, list, prune, decide the run, create, status) read in order.
+    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0912,PLR0915
         try:
             plan = await self.client.get(API_VERSION, BACKUP_PLAN, request)
         except NotFoundError:
@@ -150,7 +152,7 @@ class PlanReconciler:
             retention = spec.get("retention") or {}
             max_age = parse_age(retention["maxAge"]) if retention.get("maxAge") else None
         except (CronError, ValueError) as err:
-            set_conditions(status, generation, ("Ready", False, "InvalidSpec", str(err)))
+            set_conditions(status, generation, Condition("Ready", False, "InvalidSpec", str(err)))
             await write_status(self.client, plan, status)
             return None  # only a spec change can fix it
         backups = [
@@ -205,7 +207,7 @@ class PlanReconciler:
         if succeeded:
             status["lastSuccessfulTime"] = max(succeeded, key=parse_time)
         status["active"] = sorted(b["metadata"]["name"] for b in active)
-        set_conditions(status, generation, ("Ready", True, "Scheduled", message))
+        set_conditions(status, generation, Condition("Ready", True, "Scheduled", message))
         await write_status(self.client, plan, status)
         next_run = schedule.next_after(now)
         return Result(requeue_after=max((next_run - now).total_seconds(), 1.0))

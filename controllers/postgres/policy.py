@@ -100,7 +100,8 @@ def image_for(policy: dict[str, Any] | None, version: Version) -> str:
     return str(template).replace("{version}", str(version))
 
 
-def evaluate(
+# A decision table: one return per verdict, checked in the order they apply.
+def evaluate(  # noqa: PLR0911
     policy: dict[str, Any] | None,
     desired_text: str,
     running: Version | None,

@@ -10,8 +10,10 @@ or changed by hand) is repaired at the next reconcile, at the latest ``resync_af
 later (default 600).
 
 Failures of the database are written to the ``Ready`` condition (reason ``DatabaseError``,
-the server's message without secrets) and retried with the controller's backoff. Passwords
-are never logged, put in an event, a condition or a SQL statement in clear.
+the server's message without secrets) and retried with the controller's backoff, as is a
+missing password or admin Secret (``InvalidConfiguration``: Secrets are not watched). A name
+the server would refuse is ``InvalidSpec`` and a terminal error: only a new PostgresUser can
+fix it. Passwords are never logged, put in an event, a condition or a SQL statement in clear.
 
 A finalizer (``postgres.crpy.io/drop-role``) drops the role when the PostgresUser is deleted
 (its objects are reassigned to the administrator: data is kept; the database is kept too).
@@ -26,6 +28,7 @@ from typing import Any
 
 from controller_runtime import (
     Client,
+    Condition,
     Controller,
     ControllerBuilder,
     ControllerHost,
@@ -35,6 +38,7 @@ from controller_runtime import (
     NotFoundError,
     Request,
     Result,
+    TerminalError,
     handle_finalization,
     is_being_deleted,
     is_true,
@@ -122,7 +126,7 @@ class UserReconciler:
         status["database"] = spec.get("database")
 
         async def not_ready(reason: str, message: str) -> None:
-            set_conditions(status, generation, ("Ready", False, reason, message))
+            set_conditions(status, generation, Condition("Ready", False, reason, message))
             await write_status(self.client, user, status)
 
         if instance is None:
@@ -149,7 +153,12 @@ class UserReconciler:
                 )
             role = role_spec(user, secret[key])
             info = await admin_conninfo(self.client, instance)
-        except (ConfigurationError, InvalidNameError) as err:
+        except InvalidNameError as err:
+            await not_ready("InvalidSpec", str(err))
+            raise TerminalError(str(err)) from err  # only a new PostgresUser can fix it
+        except ConfigurationError as err:
+            # A Secret created or fixed later makes it work: retried with backoff (Secrets are
+            # not watched).
             await not_ready("InvalidConfiguration", str(err))
             raise
         try:
@@ -157,6 +166,22 @@ class UserReconciler:
         except sql.DatabaseError as err:
             await not_ready("DatabaseError", str(err))
             raise
+        self._announce(user, role, changed)
+        set_conditions(
+            status,
+            generation,
+            Condition(
+                "Ready",
+                True,
+                "RoleReady",
+                f"role {role.name} can log in to database {role.database} ({role.privileges})",
+            ),
+        )
+        await write_status(self.client, user, status)
+        return Result(requeue_after=self.resync_after)
+
+    def _announce(self, user: Obj, role: sql.RoleSpec, changed: sql.RoleOutcome) -> None:
+        """Log and record what ``ensure_role`` changed."""
         log = reconcile_logger(__name__)
         if changed.role_created:
             log.info("created role %s", role.name)
@@ -180,18 +205,6 @@ class UserReconciler:
                 f"created database {role.database}",
                 "CreateDatabase",
             )
-        set_conditions(
-            status,
-            generation,
-            (
-                "Ready",
-                True,
-                "RoleReady",
-                f"role {role.name} can log in to database {role.database} ({role.privileges})",
-            ),
-        )
-        await write_status(self.client, user, status)
-        return Result(requeue_after=self.resync_after)
 
     async def _drop(self, user: Obj, instance: Obj | None) -> None:
         spec = user.get("spec") or {}
@@ -217,7 +230,9 @@ class UserReconciler:
         except sql.DatabaseError as err:
             status = status_copy(user)
             set_conditions(
-                status, user["metadata"].get("generation"), ("Ready", False, "DropFailed", str(err))
+                status,
+                user["metadata"].get("generation"),
+                Condition("Ready", False, "DropFailed", str(err)),
             )
             await write_status(self.client, user, status)
             raise

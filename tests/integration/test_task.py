@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller_runtime import Request
+from controller_runtime import ControllerOptions, Request
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.manager import Manager, ManagerOptions
 from controllers.task import TASK_API_VERSION, TaskReconciler, setup_task_controller
@@ -56,6 +56,13 @@ async def test_kubectl_label_and_field_selectors(
         "-o", "name",
     )  # fmt: skip
     assert len(out.split()) == 4  # taskState defaults to Pending
+
+
+async def test_kubectl_explain_states_the_rules(control_plane: ControlPlane) -> None:
+    out = await asyncio.to_thread(control_plane.kubectl, "explain", "tasks.spec.priority")
+    assert "1 (lowest) to 5 (highest); 4 and 5 need spec.deadline." in " ".join(out.split())
+    out = await asyncio.to_thread(control_plane.kubectl, "explain", "tasks.status.state")
+    assert "--field-selector status.state=Overdue" in " ".join(out.split())
 
 
 @pytest.mark.parametrize(
@@ -109,7 +116,9 @@ async def task_manager(
         ),
     )
     reconciled_at: list[float] = []
-    controller = await setup_task_controller(manager, manager.client)
+    controller = await setup_task_controller(
+        manager, manager.client, options=ControllerOptions(skip_name_validation=True)
+    )
     real = controller._reconcile
 
     async def counting(request: Any) -> Any:
@@ -158,6 +167,47 @@ async def test_overdue_at_the_deadline_without_polling(
     assert status["observedGeneration"] == 1
     # One reconcile for the create, one at the deadline: no polling in between.
     assert len(reconciled_at) == 2, reconciled_at
+
+
+async def _await_state(transport: Transport, namespace: str, name: str, state: str) -> None:
+    stop = time.monotonic() + 30
+    while (await _status(transport, namespace, name)).get("state") != state:
+        assert time.monotonic() < stop, f"{name} never became {state}"
+        await asyncio.sleep(0.1)
+
+
+async def test_overdue_tasks_are_selectable_and_announced_by_an_event(
+    task_manager: tuple[Manager, list[float]],
+    control_plane: ControlPlane,
+    transport: Transport,
+    namespace: str,
+) -> None:
+    base = f"/apis/tasks.crpy.io/v1/namespaces/{namespace}/tasks"
+    past = rfc3339(datetime.now(UTC) - timedelta(hours=1))
+    await transport.request("POST", base, body=task("late", priority=4, deadline=past))
+    await transport.request("POST", base, body=task("fine", priority=1))
+    await _await_state(transport, namespace, "late", "Overdue")
+    await _await_state(transport, namespace, "fine", "Pending")
+    out = await asyncio.to_thread(
+        control_plane.kubectl,
+        "get", "tasks", "-n", namespace, "--field-selector", "status.state=Overdue",
+        "-o", "name",
+    )  # fmt: skip
+    assert out.split() == ["task.tasks.crpy.io/late"]
+    events = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+    stop = time.monotonic() + 30
+    while True:
+        listed = await transport.get_json(events)
+        overdue = [e for e in listed["items"] if e.get("reason") == "Overdue"]
+        if overdue:
+            break
+        assert time.monotonic() < stop, "no Overdue event was recorded"
+        await asyncio.sleep(0.2)
+    (event,) = overdue
+    assert event["type"] == "Warning"
+    assert event["regarding"]["name"] == "late" and event["regarding"]["kind"] == "Task"
+    assert past in event["note"]
+    assert event["reportingController"] == "tasks.crpy.io/task-controller"
 
 
 async def test_status_is_written_only_when_it_changes(

@@ -16,9 +16,10 @@ import pytest
 
 from controller_runtime.cache import Cache
 from controller_runtime.client import Client
-from controller_runtime.reconcile import CURRENT_RECONCILE, ReconcileContext, Request
+from controller_runtime.reconcile import CURRENT_RECONCILE, ReconcileContext, Request, Result
 from controller_runtime.util import (
     AlreadyOwnedError,
+    CleanupPending,
     ClusterScopedDependentError,
     CrossNamespaceOwnerError,
     EventRecorder,
@@ -246,7 +247,33 @@ async def test_handle_finalization_adds_then_reports_unchanged(
         await handle_finalization(client, deleting, OURS, failing)
     live = await client.live.get(TASKS, "Task", name="kept", namespace=namespace)
     assert live["metadata"]["finalizers"] == [OURS]
-    await release_finalizer(client, live, OURS)
+
+    # Cleanup that is not finished yet keeps the finalizer too, without an error, and says
+    # when to look again; an event-driven wait asks for no requeue.
+    async def waiting(obj: dict[str, Any]) -> CleanupPending:
+        return CleanupPending("waiting for dependents", requeue_after=7.5)
+
+    pending = await handle_finalization(client, live, OURS, waiting)
+    assert pending.action is FinalizeAction.PENDING and pending.deleting
+    assert pending.result == Result(requeue_after=7.5)
+    assert pending.pending is not None and pending.pending.message == "waiting for dependents"
+
+    async def waiting_for_events(obj: dict[str, Any]) -> CleanupPending:
+        return CleanupPending("waiting for a watched object")
+
+    assert (await handle_finalization(client, live, OURS, waiting_for_events)).result is None
+    live = await client.live.get(TASKS, "Task", name="kept", namespace=namespace)
+    assert live["metadata"]["finalizers"] == [OURS]
+
+    # Once cleanup finishes, the finalizer goes (and the server deletes the object).
+    finished = await handle_finalization(client, live, OURS, _no_cleanup)
+    assert finished.action is FinalizeAction.FINALIZED and finished.result is None
+    with pytest.raises(NotFoundError):
+        await client.live.get(TASKS, "Task", name="kept", namespace=namespace)
+
+
+async def _no_cleanup(obj: dict[str, Any]) -> None:
+    return None
 
 
 async def test_finalizer_helpers_never_touch_a_recreated_object(

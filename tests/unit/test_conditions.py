@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from controller_runtime.util import (
+    Condition,
     format_time,
     get_condition,
     is_true,
     remove_condition,
     set_condition,
+    set_conditions,
     status_conditions,
 )
 
@@ -104,3 +106,46 @@ def test_remove_and_status_conditions() -> None:
     assert remove_condition(conditions, "Ready")
     assert not remove_condition(conditions, "Ready")
     assert get_condition(conditions, "Ready") is None
+
+
+# -- Condition values ------------------------------------------------------------------------
+
+
+def test_a_condition_value_normalises_a_bool_status() -> None:
+    assert Condition("Ready", True, "Reconciled").status == "True"
+    assert Condition("Ready", False, "Waiting", "why").status == "False"
+    assert Condition("Ready", "Unknown", "Checking").status == "Unknown"
+    assert Condition("Ready", True, "Reconciled").is_true
+    assert not Condition("Ready", "Unknown", "Checking").is_true
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "error"),
+    [("Maybe", "Reconciled", "True, False or Unknown"), (True, "not valid", "CamelCase")],
+)
+def test_a_bad_condition_fails_where_it_is_decided(status: Any, reason: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        Condition("Ready", status, reason)
+
+
+def test_a_condition_value_is_immutable() -> None:
+    condition = Condition("Ready", True, "Reconciled")
+    with pytest.raises(AttributeError):
+        condition.reason = "Other"  # type: ignore[misc]
+
+
+def test_set_conditions_writes_each_and_reports_a_change() -> None:
+    conditions: list[dict[str, Any]] = []
+    decided = (Condition("Ready", True, "Reconciled"), Condition("Degraded", False, "AsExpected"))
+    assert set_conditions(conditions, *decided, observed_generation=2, now=T0)
+    assert [(c["type"], c["status"], c["observedGeneration"]) for c in conditions] == [
+        ("Ready", "True", 2),
+        ("Degraded", "False", 2),
+    ]
+    assert not set_conditions(conditions, *decided, observed_generation=2, now=T1)
+    assert set_conditions(
+        conditions, Condition("Ready", True, "Reconciled", "new"), observed_generation=2, now=T1
+    )
+    ready = get_condition(conditions, "Ready")
+    assert ready is not None and ready["message"] == "new"
+    assert ready["lastTransitionTime"] == format_time(T0)  # status unchanged: time kept

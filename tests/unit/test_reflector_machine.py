@@ -1,7 +1,7 @@
 """Tests of the sans-IO reflector machine: client-go's reflector cases, then a simulated server.
 
 The example tests mirror client-go's ``reflector_test.go``/``reflector_watchlist_test.go`` and the
-checklist in ``reference/kubernetes-api-semantics.md`` section 6. The property test drives the
+wire cases listed in ``informers/reflector_machine.py``. The property test drives the
 machine against an in-memory API server (event history, compaction, pagination, streaming lists,
 cuts, timeouts, throttling) and checks that the store built only from the machine's effects is
 the server's state at every step and at the end.

@@ -88,8 +88,8 @@ def test_reads_return_fresh_copies() -> None:
 
 def test_raw_bytes_are_exact_size() -> None:
     # orjson.dumps over-allocates its result (~8 KiB for a 700 B object) and sys.getsizeof does
-    # not show it; the store must keep exact-size copies (DESIGN decision 7). tracemalloc sees
-    # the real allocations.
+    # not show it; the store must keep exact-size copies (docs/design.md, "The cache").
+    # tracemalloc sees the real allocations.
     store = Store()
     objs = [obj(f"o{i}", str(i + 1), details="x" * 600) for i in range(300)]
     store.apply("ADDED", objs[0])  # let the store's own structures start

@@ -140,7 +140,8 @@ class LocalCluster:
             raise
         self.timings["ready"] = time.monotonic() - started
 
-    def _start(self, pause_archive: Path, started: float) -> None:
+    # The node's start-up steps, in the order they must run; one script reads best whole.
+    def _start(self, pause_archive: Path, started: float) -> None:  # noqa: PLR0915
         assert self._binaries is not None
         addr = self.addresses
         self.workdir = Path(tempfile.mkdtemp(prefix="crpy-node-", dir="/var/tmp"))

@@ -4,11 +4,16 @@ never reaches a log record, an event, or a status."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
 
+from controller_runtime import metrics
 from controller_runtime.client import Client
 from controller_runtime.manager import Manager
 from controllers.postgres.api import API_VERSION
@@ -24,6 +29,8 @@ from tests.integration.postgres.conftest import (
 )
 
 pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
 
 
 def is_ready(obj: dict[str, object] | None) -> bool:
@@ -139,6 +146,80 @@ async def test_an_external_instance_whose_version_is_disabled_is_refused(
     assert condition(refused, "VersionAccepted")["reason"] == "VersionDisabled"
     assert condition(refused, "Ready")["status"] == "False"
     assert f"version {major} is disabled" in condition(refused, "Ready")["message"]
+    event = await wait_for_event(kube, namespace, "VersionDisabled", "db")
+    assert event["type"] == "Warning" and f"version {major} is disabled" in event["note"]
 
     await set_policy(kube, {major: True})  # the policy watch reconciles the instance
     await wait_for(transport, "PostgresInstance", namespace, "db", is_ready)
+
+
+def terminal_errors(controller: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "controller_runtime_terminal_reconcile_errors_total", {"controller": controller}
+    )
+    return value or 0.0
+
+
+async def wait_for_event(kube: Client, namespace: str, reason: str, regarding: str) -> Obj:
+    """The Event of ``reason`` about ``regarding``, once the recorder has written it."""
+    stop = time.monotonic() + 30
+    while True:
+        for event in await kube.live.list("events.k8s.io/v1", "Event", namespace=namespace):
+            if event.get("reason") == reason and event["regarding"]["name"] == regarding:
+                return event
+        assert time.monotonic() < stop, f"no {reason} event about {regarding}"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.usefixtures("operator")
+async def test_what_only_the_user_can_fix_is_shown_and_not_retried(
+    kube: Client, transport: Transport, namespace: str, postgres_server: LocalPostgres
+) -> None:
+    def binding(name: str, instance: str) -> Obj:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "ServiceBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"instanceRef": {"name": instance}},
+        }
+
+    def has_reason(reason: str) -> Callable[[Obj | None], bool]:
+        return lambda o: condition(o, "Ready").get("reason") == reason
+
+    # A binding whose instance does not exist says so, in its status and in an Event.
+    await kube.create(binding("orphan", "nowhere"))
+    orphan = await wait_for(
+        transport, "ServiceBinding", namespace, "orphan", has_reason("InstanceNotFound")
+    )
+    assert "'nowhere' does not exist" in condition(orphan, "Ready")["message"]
+    event = await wait_for_event(kube, namespace, "InstanceNotFound", "orphan")
+    assert event["type"] == "Warning" and "'nowhere' does not exist" in event["note"]
+
+    # A Secret of the binding's name that the binding does not control is left alone; the
+    # binding says why and stops (a terminal error, not an endless backoff).
+    major = postgres_server.version.split(".")[0]
+    await set_policy(kube, {major: True})
+    await external_instance(kube, namespace, postgres_server)
+    await wait_for(transport, "PostgresInstance", namespace, "db", is_ready)
+    await kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "taken-credentials", "namespace": namespace},
+            "stringData": {"password": "someone else's"},
+        }
+    )
+    before = terminal_errors("servicebinding")
+    await kube.create(binding("taken", "db"))
+    taken = await wait_for(
+        transport, "ServiceBinding", namespace, "taken", has_reason("SecretNotOwned")
+    )
+    message = condition(taken, "Ready")["message"]
+    assert "Secret taken-credentials exists and is not controlled by this binding" in message
+    assert "spec.secretName" in message  # what to do about it
+    event = await wait_for_event(kube, namespace, "SecretNotOwned", "taken")
+    assert event["type"] == "Warning"
+    assert terminal_errors("servicebinding") >= before + 1
+    secret = await kube.live.get("v1", "Secret", name="taken-credentials", namespace=namespace)
+    assert decode_secret(secret) == {"password": "someone else's"}
+    assert not secret["metadata"].get("ownerReferences")

@@ -78,11 +78,12 @@ POSTGRES_RULES: list[Obj] = [
         ],
         "verbs": ["list", "watch"],
     },
-    # Finalizers are added and removed with JSON patches.
+    # Finalizers are added and removed with JSON patches; the object is re-read live before
+    # its cleanup (handle_finalization).
     {
         "apiGroups": [GROUP],
         "resources": ["postgresinstances", "servicebindings"],
-        "verbs": ["patch"],
+        "verbs": ["get", "patch"],
     },
     # The binding controller applies (creates) and deletes its PostgresUser and reads it live
     # while deleting; the user controller patches its finalizer and re-reads it live to clean
