@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from pathlib import Path
@@ -158,9 +159,13 @@ def test_stop_leaves_no_process_or_directory() -> None:
 
 
 @pytest.mark.skipif(use_existing_cluster(), reason="starts its own local control plane")
-def test_killed_owner_takes_its_control_plane_along(tmp_path: Path) -> None:
+def test_killed_owner_takes_its_control_plane_along(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Even SIGKILL of the owning process leaves no etcd or kube-apiserver running, and the
-    next start sweeps the directory it left."""
+    next start sweeps the directory it left. Both control planes keep their directories in
+    ``tmp_path``, so that no other control plane started on the machine meanwhile sweeps the
+    directory before this test looks at it."""
     script = textwrap.dedent(
         """
         import sys, time
@@ -172,7 +177,10 @@ def test_killed_owner_takes_its_control_plane_along(tmp_path: Path) -> None:
         """
     )
     owner = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     try:
         assert owner.stdout is not None
@@ -185,5 +193,7 @@ def test_killed_owner_takes_its_control_plane_along(tmp_path: Path) -> None:
     _gone, alive = psutil.wait_procs(children, timeout=20)
     assert not alive, f"left running: {alive}"
     assert Path(workdir).exists()
+    assert Path(workdir).parent == tmp_path
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with ControlPlane(crd_directory=None):  # sweeping happens at start
         assert not Path(workdir).exists()
