@@ -61,7 +61,7 @@ from prometheus_client.exposition import generate_latest
 
 from controller_runtime import metrics as cr_metrics
 from controller_runtime.builder import GuardFactory
-from controller_runtime.cache import ByObject, Cache, KindKey
+from controller_runtime.cache import ByObject, Cache, CacheSyncTimeoutError, KindKey
 from controller_runtime.client import Client
 from controller_runtime.consistency import ReadYourWritesGuard
 from controller_runtime.controller import Controller
@@ -201,24 +201,27 @@ class Manager:
 
     async def _run(self) -> None:
         try:
+            # A failure to bind (a busy port) is a start-up error with its own message: the
+            # caller reports it, without a traceback.
             await self._serve()
-            for runnable in self.runnables:
-                if not runnable.need_leader_election:
-                    await runnable.start()
-            await self._wait_for_caches()
-            if self.elector is None:
-                await self._lead()
-            else:
-                await self._campaign(self.elector)
-        except (LeaderElectionLostError, asyncio.CancelledError):
-            raise
-        except Exception as err:
-            log.error(
-                "the manager failed (%s); shutting down so that the process exits non-zero",
-                type(err).__name__,
-                exc_info=err,
-            )
-            raise
+            try:
+                for runnable in self.runnables:
+                    if not runnable.need_leader_election:
+                        await runnable.start()
+                await self._wait_for_caches()
+                if self.elector is None:
+                    await self._lead()
+                else:
+                    await self._campaign(self.elector)
+            except (LeaderElectionLostError, CacheSyncTimeoutError, asyncio.CancelledError):
+                raise  # expected ends, each with a message of its own
+            except Exception as err:
+                log.error(
+                    "the manager failed (%s); shutting down so that the process exits non-zero",
+                    type(err).__name__,
+                    exc_info=err,
+                )
+                raise
         finally:
             await self._shutdown()
 
