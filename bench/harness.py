@@ -23,6 +23,11 @@ implementation; see :mod:`bench.kube`):
     :mod:`bench.runners.stamp`) on the same namespace; ``rounds`` writes per Task. Writes per
     second from the first stamped status seen to the last. Beside it, ``limit``: a plain
     aiohttp client making the same writes (:mod:`bench.runners.limit`).
+``restart``
+    :mod:`bench.restart`: N Tasks already reconciled (``--restart-objects``, default 100,000,
+    created once and reused); each implementation starts on them and must reconcile each once,
+    nothing to write. Done is read from the process's own Prometheus endpoint (the same metric
+    names in ours and Go). Beside it, ``limit``: a plain paginated LIST + orjson decode.
 ``core``
     :mod:`bench.core` (no API server): decode -> store -> queue -> no-op reconcile from
     recorded watch bytes, beside orjson decoding alone.
@@ -50,8 +55,8 @@ from bench.procs import Child, cpu_seconds
 from bench.report import Result
 from controller_runtime.envtest.binaries import BinaryError
 
-SCENARIOS = ("sync", "churn", "write-heavy", "core")
-CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy")
+SCENARIOS = ("sync", "churn", "write-heavy", "restart", "core")
+CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy", "restart")
 IMPLEMENTATIONS = ("ours", "go", "kopf")
 RESULTS_DIR = Path(__file__).with_name("results")
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +74,7 @@ class Settings:
     scenarios: tuple[str, ...]
     implementations: tuple[str, ...]
     objects: int
+    restart_objects: int
     core_objects: tuple[int, ...]
     workers: int
     churn_rate: float
@@ -109,6 +115,11 @@ def parser() -> argparse.ArgumentParser:
         "write-heavy always adds the plain-client limit",
     )
     p.add_argument("--objects", type=int, help="Tasks per implementation (default 10000)")
+    p.add_argument(
+        "--restart-objects",
+        type=int,
+        help="reconciled Tasks the restart scenario starts on (default 100000)",
+    )
     p.add_argument(
         "--core-objects",
         type=_ints,
@@ -157,7 +168,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run: 1000 Tasks, core at 20000, 120 s timeout",
+        help="a smoke run: 1000 Tasks, restart at 1000, core at 20000, 120 s timeout",
     )
     p.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json", dest="json_path")
     p.add_argument("--plots", type=Path, default=RESULTS_DIR, dest="plots_dir")
@@ -177,6 +188,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         scenarios=tuple(s for s in SCENARIOS if s in args.scenarios),
         implementations=tuple(args.implementations),
         objects=objects,
+        restart_objects=args.restart_objects or (1000 if args.quick else 100_000),
         core_objects=core,
         workers=args.workers,
         churn_rate=args.churn_rate,
@@ -246,6 +258,8 @@ class Launch:
     stamp: str = ""
     rounds: int = 1
     concurrency: int = 64
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on 127.0.0.1:PORT (the restart scenario)."""
 
 
 class Cluster:
@@ -275,6 +289,8 @@ class Cluster:
                 f"--rounds={launch.rounds}",
                 f"--workers={workers}",
             ]
+            if launch.metrics_port is not None:
+                command.append(f"--metrics-bind-address=127.0.0.1:{launch.metrics_port}")
         elif launch.implementation == "go":
             assert self.go_binary is not None
             command = [
@@ -285,6 +301,8 @@ class Cluster:
                 f"-rounds={launch.rounds}",
                 f"-workers={workers}",
             ]
+            if launch.metrics_port is not None:
+                command.append(f"-metrics-bind-address=127.0.0.1:{launch.metrics_port}")
         elif launch.implementation == "kopf":
             env |= {
                 "BENCH_MODE": launch.mode,
@@ -311,6 +329,14 @@ class Cluster:
                 f"--stamp={launch.stamp}",
                 f"--rounds={launch.rounds}",
                 f"--concurrency={launch.concurrency}",
+            ]
+        elif launch.implementation == "listlimit":
+            command = [
+                sys.executable,
+                "-m",
+                "bench.runners.listlimit",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--namespace={launch.namespace}",
             ]
         else:
             raise ValueError(launch.implementation)
@@ -559,6 +585,12 @@ async def run_cluster(cluster: Cluster) -> None:
     s = cluster.settings
     config = await load_kubeconfig(cluster.kubeconfig)
     async with Transport(config, max_connections=128) as transport:
+        if "restart" in s.scenarios:
+            from bench.restart import run_restart_round  # noqa: PLC0415
+
+            await run_restart_round(cluster, transport, s.implementations)
+        if not {"sync", "churn", "write-heavy"} & set(s.scenarios):
+            return
         for repeat in range(s.repeat):
             # Rotate the order, so that no implementation always runs first or last.
             shift = repeat % len(s.implementations)

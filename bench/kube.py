@@ -91,6 +91,57 @@ async def create_tasks(
     return time.monotonic() - started
 
 
+async def create_reconciled_tasks(
+    transport: Transport,
+    namespace: str,
+    n: int,
+    *,
+    concurrency: int = 64,
+    progress: Progress | None = None,
+) -> float:
+    """POST N Tasks and give each the status the Task controller would derive (one status
+    merge patch each, from the POST's answer), so that a controller starting on the namespace
+    finds every Task reconciled and has nothing to write. Seconds taken."""
+    from controllers.task import derive_status, utcnow  # noqa: PLC0415
+
+    await create_namespace(transport, namespace)
+    path = tasks_path(namespace)
+    numbers = iter(range(n))
+    done = 0
+    started = time.monotonic()
+    last = started
+
+    async def worker() -> None:
+        nonlocal done, last
+        for i in numbers:
+            try:
+                answer = await transport.request("POST", path, body=task_body(i))
+                task = orjson.loads(answer.body)
+            except ApiError as err:
+                if err.status != 409:
+                    raise
+                task = await transport.get_json(f"{path}/{task_name(i)}")
+            status, _ = derive_status(task, utcnow())
+            if status != (task.get("status") or {}):
+                await transport.request(
+                    "PATCH",
+                    f"{path}/{task_name(i)}/status",
+                    body={"status": status},
+                    content_type="application/merge-patch+json",
+                )
+            done += 1
+            now = time.monotonic()
+            if progress is not None and (now - last >= 5 or done == n):
+                last = now
+                progress(
+                    f"  {namespace}: {done}/{n} created and reconciled "
+                    f"({done / (now - started):.0f}/s)"
+                )
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.monotonic() - started
+
+
 @dataclass
 class Seen:
     """What the observer knows about one Task."""

@@ -11,7 +11,10 @@ Optional: ``p50_seconds``/``p99_seconds`` (float, churn lag), ``stage`` (str, co
 ``server_cpu_seconds`` (API server + etcd during the measured window), ``lag_quantiles``
 (101 floats: the lag at 0, 1, ..., 100 %), ``rss_per_object``/``json_per_object`` (core),
 ``concurrency``/``workers``, ``version``, ``note``, ``runs`` and ``per_second_runs`` (when a
-result is the median of several runs: how many, and each run's ``per_second``).
+result is the median of several runs: how many, and each run's ``per_second``). The restart
+scenario adds ``empty_rss_bytes`` (the process's RSS on an empty namespace; ``rss_per_object``
+is then peak minus that, over N), ``setup_seconds`` (creating the N reconciled Tasks, not
+measured) and, for its limit, ``list_bytes`` (the LIST's bytes on the wire).
 
 Ratios are always ours / peer of the same figure, so their reading depends on the figure:
 for ``per_second`` above 1 means ours is faster; for seconds, RSS, CPU and lag below 1 means
@@ -57,9 +60,18 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "note": (str,),
     "runs": (int,),
     "per_second_runs": (list,),
+    "empty_rss_bytes": (int,),
+    "list_bytes": (int,),
+    "setup_seconds": (int, float),
 }
 
-SCENARIO_ORDER = ("sync", "churn", "write-heavy", "core")
+SCENARIO_ORDER = ("sync", "churn", "write-heavy", "restart", "core")
+
+RESTART_NOTE = (
+    "restart: kopf is left out (it serves no reconcile counter, and with nothing to write "
+    "nothing outside shows it is done; at ~80 KiB/object it would need ~8 GiB at 100k). "
+    "limit = a plain paginated LIST (500/page) decoded with orjson."
+)
 
 
 class SchemaError(ValueError):
@@ -222,6 +234,8 @@ def format_table(results: Sequence[Mapping[str, Any]]) -> str:
                 f"| {_fmt(r.get('server_cpu_seconds'), '.2f')} "
                 f"| {_fmt(r.get('rss_per_object') or None, '.0f')} | {r.get('runs', 1)} |"
             )
+    if any(r["scenario"] == "restart" for r in results):
+        lines += ["", RESTART_NOTE]
     rows = ratio_rows(results)
     if rows:
         lines += [

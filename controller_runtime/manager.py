@@ -201,29 +201,32 @@ class Manager:
 
     async def _run(self) -> None:
         try:
-            # A failure to bind (a busy port) is a start-up error with its own message: the
-            # caller reports it, without a traceback.
+            # A failure to bind an endpoint (OSError, e.g. EADDRINUSE) is raised unlogged: the
+            # caller knows which option names the address and says so in one line.
             await self._serve()
-            try:
-                for runnable in self.runnables:
-                    if not runnable.need_leader_election:
-                        await runnable.start()
-                await self._wait_for_caches()
-                if self.elector is None:
-                    await self._lead()
-                else:
-                    await self._campaign(self.elector)
-            except (LeaderElectionLostError, CacheSyncTimeoutError, asyncio.CancelledError):
-                raise  # expected ends, each with a message of its own
-            except Exception as err:
-                log.error(
-                    "the manager failed (%s); shutting down so that the process exits non-zero",
-                    type(err).__name__,
-                    exc_info=err,
-                )
-                raise
+            await self._start_and_lead()
         finally:
             await self._shutdown()
+
+    async def _start_and_lead(self) -> None:
+        try:
+            for runnable in self.runnables:
+                if not runnable.need_leader_election:
+                    await runnable.start()
+            await self._wait_for_caches()
+            if self.elector is None:
+                await self._lead()
+            else:
+                await self._campaign(self.elector)
+        except (LeaderElectionLostError, CacheSyncTimeoutError, asyncio.CancelledError):
+            raise  # expected ends, each with a message of its own
+        except Exception as err:
+            log.error(
+                "the manager failed (%s); shutting down so that the process exits non-zero",
+                type(err).__name__,
+                exc_info=err,
+            )
+            raise
 
     async def _wait_for_caches(self) -> None:
         waiting = asyncio.create_task(self.cache.wait_for_sync(self.options.cache_sync_timeout))

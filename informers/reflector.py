@@ -86,9 +86,16 @@ METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, RuntimeError)
 """What a LIST or a watch may raise when the connection fails. ``OSError`` covers
 ``ConnectionError`` and socket errors; ``RuntimeError`` covers uvloop's
-``File descriptor N is used by transport`` (MagicStack/uvloop#653) and its like. Our own
-:class:`~informers.reflector_machine.ReflectorProtocolError` (a ``RuntimeError``) is re-raised:
-it is a bug, not a connection failure."""
+``File descriptor N is used by transport`` (MagicStack/uvloop#653) and its like, except
+:data:`BUGS`."""
+
+BUGS: tuple[type[BaseException], ...] = (
+    ReflectorProtocolError,
+    RecursionError,
+    NotImplementedError,
+)
+"""``RuntimeError`` subclasses that never mean a connection failed: re-raised (the informer's
+supervisor restarts the reflector), never retried as a connection failure."""
 
 
 def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -287,7 +294,7 @@ class Reflector:
             )
         except orjson.JSONDecodeError as err:
             return self.machine.list_failed(self._loop_time(), 0, message=f"bad JSON: {err}")
-        except ReflectorProtocolError:
+        except BUGS:
             raise
         except CONNECTION_ERRORS as err:
             log.info("%s: LIST connection failed (%r)", self.description, err)
@@ -344,6 +351,8 @@ class Reflector:
                         idle.reschedule(loop.time() + request.idle_timeout_seconds)
                         try:
                             chunk = await reader.readany()
+                        except BUGS:
+                            raise
                         except RuntimeError as err:  # uvloop's fd reuse and its like
                             raise ConnectionError(f"reading the watch failed: {err!r}") from err
                         # The idle timer measures the server's silence, not the time handlers

@@ -221,15 +221,17 @@ class _Index:
     single child, and a dict per value would cost ~200 B); larger buckets are insertion-ordered
     dicts, so results come back in a stable order."""
 
-    __slots__ = ("buckets",)
+    __slots__ = ("buckets", "peak")
 
     def __init__(self) -> None:
         self.buckets: dict[str, str | dict[str, None]] = {}
+        self.peak = 0
 
     def add(self, value: str, key: str) -> None:
         b = self.buckets.get(value)
         if b is None:
             self.buckets[value] = key
+            self.peak = max(self.peak, len(self.buckets))
         elif type(b) is str:
             if b != key:
                 self.buckets[value] = {b: None, key: None}
@@ -243,6 +245,7 @@ class _Index:
         if type(b) is str:
             if b == key:
                 del self.buckets[value]
+                self._maybe_shrink()
             return
         assert isinstance(b, dict)
         b.pop(key, None)
@@ -250,6 +253,12 @@ class _Index:
             self.buckets[value] = next(iter(b))
         elif not b:
             del self.buckets[value]
+            self._maybe_shrink()
+
+    def _maybe_shrink(self) -> None:
+        if shrunk(self.buckets, self.peak):
+            self.buckets = dict(self.buckets)
+            self.peak = len(self.buckets)
 
     def keys(self, value: str) -> list[str]:
         b = self.buckets.get(value)
@@ -258,6 +267,18 @@ class _Index:
         if type(b) is str:
             return [b]
         return list(b)
+
+
+SHRINK_ABOVE: Final = 1024
+"""A dict that once held more entries than this is copied to a right-sized one when it falls
+below a quarter of its peak: CPython never shrinks a dict's table on deletion, so without this
+a store that once held 1M objects keeps ~60 MiB of empty slots after they are all deleted."""
+
+
+def shrunk(table: Mapping[Any, Any], peak: int) -> bool:
+    """Whether ``table`` (which once held ``peak`` entries) should be copied to a smaller one.
+    Copying costs O(len) once per 3/4 * peak deletions: O(1) amortised per deletion."""
+    return peak > SHRINK_ABOVE and len(table) * 4 < peak
 
 
 def _owner_uids(obj: Mapping[str, Any]) -> tuple[str, ...]:
@@ -313,6 +334,13 @@ class Store:
     moves backwards. During a streaming list the initial ``ADDED`` events are not in RV order, so
     it is only a staleness bound once the initial list is complete (:attr:`has_synced`).
 
+    **Memory under churn.** Nothing per key outlives the key: deleting every object leaves the
+    store at about its empty size, hash tables included (they are right-sized once they fall
+    below a quarter of their peak, see :data:`SHRINK_ABOVE`; what stays is bounded by a few
+    tables of at most ``4 * SHRINK_ABOVE`` slots, ~100 KiB each, whatever the peak was).
+    Caveat: a multi-key index bucket (e.g. one namespace's keys) keeps its table until it
+    empties or falls to one key.
+
     Single event loop, not thread-safe.
     """
 
@@ -336,6 +364,7 @@ class Store:
         self._ns_index = _Index()
         self._no_ivals: tuple[tuple[str, ...], ...] = (_NO_VALUES,) * len(funcs)
         self._items: dict[str, _Entry] = {}
+        self._items_peak = 0  # the most keys held since the table was last right-sized
         self._last_rv: str | None = None
         self._last_key: tuple[int, str] | None = None  # sort_key(_last_rv), compared per event
         self._synced = False
@@ -608,8 +637,10 @@ class Store:
     ) -> StoreDelta:
         """Store ``entry``; the delta is ``ADDED``, ``MODIFIED``, or ``ADDED`` with ``old`` when
         ``uid`` shows that another object took over the key."""
-        self._items[key] = entry
+        items = self._items
+        items[key] = entry
         if cur is None:
+            self._items_peak = max(self._items_peak, len(items))
             namespace, slash, _ = key.partition("/")
             if slash:
                 self._ns_index.add(namespace, key)
@@ -631,6 +662,9 @@ class Store:
 
     def _remove(self, key: str, entry: _Entry) -> None:
         del self._items[key]
+        if shrunk(self._items, self._items_peak):
+            self._items = dict(self._items)
+            self._items_peak = len(self._items)
         namespace, slash, _ = key.partition("/")
         if slash:
             self._ns_index.discard(namespace, key)

@@ -1,10 +1,10 @@
 """Where the API server is and how to authenticate to it.
 
-kubernetes-asyncio loads kubeconfig files (contexts, client certificates, bearer tokens, exec
-credential plugins); this module turns its result into what our own transport needs: a server
-URL, an :class:`ssl.SSLContext` (verification on unless the kubeconfig explicitly says
-``insecure-skip-tls-verify``), and a :class:`Credentials` object that produces the
-``Authorization`` header and can refresh it.
+Common kubeconfig files are read directly (:mod:`kubeclient.kubeconfig_reader`);
+kubernetes-asyncio loads the rest (exec credential plugins, auth providers). Either way the
+result is what our own transport needs: a server URL, an :class:`ssl.SSLContext`
+(verification on unless the kubeconfig explicitly says ``insecure-skip-tls-verify``), and a
+:class:`Credentials` object that produces the ``Authorization`` header and can refresh it.
 
 In-cluster configuration is read directly: the service-account token file is re-read at least
 every minute (projected tokens rotate) and immediately after a 401, as client-go does.
@@ -159,15 +159,23 @@ def load_in_cluster_config(directory: Path = SERVICE_ACCOUNT_DIR) -> ClusterConf
 async def load_kubeconfig(
     path: str | Path | None = None, context: str | None = None
 ) -> ClusterConfig:
-    """Load a kubeconfig file through kubernetes-asyncio.
+    """Load a kubeconfig file.
 
-    ``path`` defaults to the first entry of ``$KUBECONFIG``, else ``~/.kube/config``.
+    ``path`` defaults to the first entry of ``$KUBECONFIG``, else ``~/.kube/config``. The
+    common shapes (a CA, a client certificate and/or a static token) are read directly
+    (:mod:`kubeclient.kubeconfig_reader`); anything else (exec plugins, auth providers, ...)
+    through kubernetes-asyncio, which is imported only then (it costs ~65 MiB of RSS).
     """
     if path is None:
         env = os.environ.get("KUBECONFIG", "")
         path = env.split(os.pathsep)[0] if env else str(Path.home() / ".kube" / "config")
     if not Path(path).is_file():  # noqa: ASYNC240 (once, at start-up)
         raise ConfigError(f"no kubeconfig at {path}; set KUBECONFIG or pass --kubeconfig")
+    from kubeclient.kubeconfig_reader import read_simple_kubeconfig  # noqa: PLC0415
+
+    simple = read_simple_kubeconfig(Path(path), context)
+    if simple is not None:
+        return simple
     # Imported here: kubernetes-asyncio takes seconds to import (its generated API modules),
     # and command lines that only parse flags (``--help``) should not pay for it.
     from kubernetes_asyncio.client import Configuration  # noqa: PLC0415

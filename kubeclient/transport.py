@@ -258,6 +258,8 @@ class Transport:
         ``aiohttp.ClientError`` and timeouts but also a bare ``OSError`` and a ``RuntimeError``
         raised while connecting (uvloop's ``File descriptor N is used by transport``,
         MagicStack/uvloop#653), so a caller never mistakes a refused connection for a bug.
+        ``RecursionError``, ``NotImplementedError`` and "Session is closed" are re-raised as
+        they are: bugs, not the network (as in :meth:`request`).
         """
         _, session = self._sessions()
         for attempt in range(2):
@@ -271,6 +273,10 @@ class Transport:
                     server_hostname=self.config.tls_server_name,
                 )
             except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
+                if isinstance(err, RuntimeError) and (
+                    session.closed or isinstance(err, _NOT_CONNECTION_FAILURES)
+                ):
+                    raise  # "Session is closed" (used after close()) or a bug: not the network
                 self._observe("WATCH", 0, started, path, params)
                 raise ApiError(
                     0, "TransportError", str(err) or type(err).__name__, method="WATCH", path=path

@@ -5,9 +5,10 @@
 ``normal``: exactly the operator's ``controllers.task`` (derive the status, write it only when
 it changes, reconcile on spec changes), on a :class:`~controller_runtime.manager.Manager`
 restricted to NS, with leader election, metrics and probes off, uvloop when installed (as
-``python -m controllers`` runs), logging at WARNING. ``write-heavy``: the same reconciler
-body, but every reconcile writes (see :mod:`bench.runners.stamp`) and the controller has no
-predicate, so each status write comes back as an event and is reconciled again.
+``python -m controllers`` runs), logging at WARNING; ``--metrics-bind-address`` turns the
+metrics endpoint on (the restart scenario reads "done" from it). ``write-heavy``: the same
+reconciler body, but every reconcile writes (see :mod:`bench.runners.stamp`) and the
+controller has no predicate, so each status write comes back as an event and is reconciled again.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ async def run(args: argparse.Namespace) -> int:
         ManagerOptions(
             namespaces=[args.namespace],
             leader_election=None,
-            metrics_bind_address=None,
+            metrics_bind_address=args.metrics_bind_address,
             health_probe_bind_address=None,
         ),
     )
@@ -108,6 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stamp", default="")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--metrics-bind-address",
+        default="0",
+        help='the Prometheus endpoint, host:port ("0" = off; the restart scenario scrapes it)',
+    )
     args = parser.parse_args(argv)
     configure_logging("warning", "text")
     logging.getLogger().setLevel(logging.WARNING)

@@ -4,6 +4,7 @@ credential plugins (re-run after a 401), and the in-cluster token file (re-read 
 from __future__ import annotations
 
 import base64
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ import pytest
 import yaml
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
-from kubeclient.config import load_in_cluster_config, load_kubeconfig
+from kubeclient.config import ConfigError, load_in_cluster_config, load_kubeconfig
 from kubeclient.errors import UnauthorizedError
+from kubeclient.kubeconfig_reader import read_simple_kubeconfig
 from kubeclient.transport import Transport
 
 pytestmark = [
@@ -105,3 +107,70 @@ async def test_in_cluster_token_file_is_re_read_after_a_401(
         (tmp_path / "token").write_text(control_plane.admin_token)  # the kubelet rotated it
         answer = await transport.get_json("/api/v1/namespaces")
         assert answer["kind"] == "NamespaceList"
+
+
+def test_common_kubeconfigs_are_read_without_kubernetes_asyncio(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # The admin kubeconfig (CA data, client certificate data) and a token one are read by our
+    # own reader, in a fresh interpreter that never imports kubernetes-asyncio, and work.
+    token = _kubeconfig(tmp_path / "token", control_plane, {"token": control_plane.admin_token})
+    probe = (
+        "import asyncio, sys\n"
+        "from kubeclient.config import load_kubeconfig\n"
+        "from kubeclient.transport import Transport\n"
+        "async def main(path):\n"
+        "    async with Transport(await load_kubeconfig(path)) as transport:\n"
+        "        kind = (await transport.get_json('/api/v1/namespaces'))['kind']\n"
+        "    print(kind, 'kubernetes_asyncio' in sys.modules)\n"
+        "for path in sys.argv[1:]:\n"
+        "    asyncio.run(main(path))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(control_plane.kubeconfig), str(token)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.split("\n")
+    assert out[:2] == ["NamespaceList False", "NamespaceList False"], out
+
+
+async def test_a_kubeconfig_reader_fallback_keeps_the_same_answers(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # CA and client certificate as files next to the kubeconfig (relative paths): our reader;
+    # the same plus an unknown user key: kubernetes-asyncio. Both reach the server as admin.
+    admin = yaml.safe_load(control_plane.kubeconfig.read_text())["users"][0]["user"]
+    cluster = _cluster(control_plane)
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    (tmp_path / "tls.crt").write_bytes(base64.b64decode(admin["client-certificate-data"]))
+    (tmp_path / "tls.key").write_bytes(base64.b64decode(admin["client-key-data"]))
+    files = {"client-certificate": "tls.crt", "client-key": "tls.key"}
+    for name, user in (("ours", files), ("fallback", {**files, "username": "ignored"})):
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "c",
+                    "cluster": {"server": cluster["server"], "certificate-authority": "ca.crt"},
+                }
+            ],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [
+                {"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "n1"}}
+            ],
+            "current-context": "x",
+        }
+        path = tmp_path / f"kubeconfig-{name}"
+        path.write_text(yaml.safe_dump(config))
+        simple = read_simple_kubeconfig(path)
+        assert (simple is None) == (name == "fallback")
+        loaded = await load_kubeconfig(path)
+        assert loaded.namespace == "n1"
+        assert loaded.server == cluster["server"].rstrip("/")
+        async with Transport(loaded) as transport:
+            assert (await transport.get_json("/api/v1/namespaces"))["kind"] == "NamespaceList"
+    with pytest.raises(ConfigError, match="no context 'missing'"):
+        read_simple_kubeconfig(tmp_path / "kubeconfig-ours", "missing")

@@ -12,6 +12,7 @@ import pytest
 
 from bench import report
 from bench.runners.stamp import bench_count, stamped
+from bench.scrape import Progress, parse
 
 
 def result(implementation: str, scenario: str = "sync", **extra: Any) -> dict[str, Any]:
@@ -210,3 +211,60 @@ def test_median_of_runs_keeps_the_middle_run_and_all_rates() -> None:
     assert ours["per_second_runs"] == [300.0, 100.0, 200.0]
     assert "runs" not in merged[1]
     report.validate(ours)
+
+
+# -- the restart scenario's scrape ------------------------------------------------------------
+
+OURS_EXPOSITION = b"""# HELP workqueue_depth Current depth of workqueue
+# TYPE workqueue_depth gauge
+workqueue_depth{name="task",controller="task",priority="0"} 3.0
+workqueue_depth{name="other",controller="other",priority="0"} 9.0
+# HELP controller_runtime_reconcile_total Total number of reconciliations per controller
+# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller="task",result="success"} 95.0
+controller_runtime_reconcile_total{controller="task",result="error"} 5.0
+controller_runtime_reconcile_total{controller="task",result="requeue"} 0.0
+controller_runtime_reconcile_total{controller="other",result="success"} 1000.0
+controller_runtime_reconcile_created{controller="task",result="success"} 1.7e9
+"""
+
+GO_EXPOSITION = b"""controller_runtime_reconcile_total{controller="task",result="error"} 0
+controller_runtime_reconcile_total{controller="task",result="requeue"} 0
+controller_runtime_reconcile_total{controller="task",result="requeue_after"} 0
+controller_runtime_reconcile_total{controller="task",result="success"} 100
+workqueue_depth{controller="task",name="task"} 0
+"""
+
+
+def test_scrape_sums_one_controllers_reconciles_over_results_and_its_queue_depth() -> None:
+    progress = parse(OURS_EXPOSITION, "task")
+    assert progress == Progress(reconciles=100.0, depth=3.0, started=True)
+    assert not progress.done(100)  # items are still queued
+    assert parse(GO_EXPOSITION, "task") == Progress(100.0, 0.0, started=True)
+    assert parse(GO_EXPOSITION, "task").done(100)
+    assert not parse(GO_EXPOSITION, "task").done(101)
+
+
+def test_scrape_is_not_started_before_the_controllers_counters_exist() -> None:
+    # An empty queue of ours has no depth series: that counts as depth 0, but only once the
+    # reconcile counters show the controller exists.
+    empty = b"# HELP workqueue_depth Current depth of workqueue\n# TYPE workqueue_depth gauge\n"
+    assert parse(empty, "task") == Progress(0.0, 0.0, started=False)
+    assert not parse(empty, "task").done(0)
+    counters = empty + b'controller_runtime_reconcile_total{controller="task",result="success"} 0\n'
+    assert parse(counters, "task").done(0)
+
+
+def test_scrape_rejects_a_broken_value() -> None:
+    with pytest.raises(ValueError, match="could not convert"):
+        parse(b'workqueue_depth{name="task",controller="task"} many\n', "task")
+
+
+def test_restart_fields_are_part_of_the_schema() -> None:
+    good = result("ours", "restart", empty_rss_bytes=80 * 2**20, setup_seconds=12.5)
+    report.validate(good)
+    with pytest.raises(report.SchemaError, match="empty_rss_bytes"):
+        report.validate(result("ours", "restart", empty_rss_bytes="80 MiB"))
+    table = report.format_table([good, result("limit", "restart", list_bytes=10)])
+    assert "kopf is left out" in table
+    assert "| restart |  | 1000 | limit | 1.00 |" in table

@@ -13,8 +13,9 @@
 //
 // Settings that matter for a fair comparison with the Python controller: the cache is limited
 // to -namespace, managedFields are stripped before caching (the Python informer's default
-// transform), -workers sets MaxConcurrentReconciles, metrics and probes are off, no leader
-// election. controller-runtime leaves client-side rate limiting off (QPS -1) by default.
+// transform), -workers sets MaxConcurrentReconciles, probes are off, metrics are off unless
+// -metrics-bind-address is given (the restart scenario scrapes them), no leader election.
+// controller-runtime leaves client-side rate limiting off (QPS -1) by default.
 package main
 
 import (
@@ -252,6 +253,8 @@ func main() {
 	stamp := flag.String("stamp", "", "write-heavy: the run's stamp")
 	rounds := flag.Int("rounds", 1, "write-heavy: status writes per object")
 	workers := flag.Int("workers", 1, "MaxConcurrentReconciles")
+	metricsAddr := flag.String("metrics-bind-address", "0",
+		"the Prometheus endpoint (host:port; \"0\" = off); the restart scenario scrapes it")
 	flag.Parse()
 	if *namespace == "" {
 		fmt.Fprintln(os.Stderr, "-namespace is required")
@@ -271,7 +274,7 @@ func main() {
 			DefaultNamespaces: map[string]cache.Config{*namespace: {}},
 			DefaultTransform:  cache.TransformStripManagedFields(),
 		},
-		Metrics:                server.Options{BindAddress: "0"},
+		Metrics:                server.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,
 	})

@@ -1,0 +1,65 @@
+"""The limit of the restart scenario: a plain paginated LIST of the namespace, decoded.
+
+    python -m bench.runners.listlimit --kubeconfig FILE --namespace NS [--page 500]
+
+One aiohttp session, ``GET ...?limit=500`` then ``&continue=...`` until the server says there
+is no more, each page decoded with ``orjson.loads`` and then dropped. Nothing else: no cache,
+no watch, no queue, no reconcile. The time and bytes any client must pay to see every object
+once. Prints one JSON line, ``{"objects": N, "bytes": B, "pages": P}``, and exits; the
+harness measures it as a process (start to exit, peak RSS, CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from controller_runtime.manager import install_uvloop
+from kubeclient.config import load_kubeconfig
+
+
+async def run(args: argparse.Namespace) -> int:
+    config = await load_kubeconfig(Path(args.kubeconfig))
+    url = f"{config.server}/apis/tasks.crpy.io/v1/namespaces/{args.namespace}/tasks"
+    headers = {"Accept": "application/json", **(await config.credentials.headers())}
+    connector = aiohttp.TCPConnector(ssl=config.ssl_context, limit=1)
+    objects = size = pages = 0
+    token = ""
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        while True:
+            params = {"limit": str(args.page)}
+            if token:
+                params["continue"] = token
+            async with session.get(url, params=params) as answer:
+                answer.raise_for_status()
+                body = await answer.read()
+            page = orjson.loads(body)
+            objects += len(page["items"])
+            size += len(body)
+            pages += 1
+            token = page["metadata"].get("continue") or ""
+            del page, body
+            if not token:
+                break
+    print(orjson.dumps({"objects": objects, "bytes": size, "pages": pages}).decode(), flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.runners.listlimit", description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--page", type=int, default=500)
+    args = parser.parse_args(argv)
+    install_uvloop()
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Memory under growth: 1M objects added to and deleted from the store leave nothing behind.
+
+Not a timing: what is checked is that no per-key structure outlives its key. The objects are
+small (under pymalloc's 512 B limit), so ``sys.getallocatedblocks()`` counts every object the
+store makes per key (bytes, strings, entries, index buckets); the hash tables of the store's
+dicts are large allocations outside pymalloc, so their sizes are checked directly.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+from informers.store import ADDED, DELETED, Store
+
+N = 1_000_000
+
+
+def _event(i: int) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"cm-{i:07d}",
+            "namespace": f"ns-{i % 1000:03d}",
+            "resourceVersion": str(10 + i),
+            "ownerReferences": [{"uid": f"owner-{i:07d}"}],
+        },
+    }
+
+
+def _table_bytes(store: Store) -> int:
+    """Bytes of the store's own hash tables: the items and every index's buckets."""
+    tables = [store._items, store._ns_index.buckets]
+    tables += [index.buckets for index in store._indexes]
+    return sum(sys.getsizeof(t) for t in tables)
+
+
+def test_a_million_objects_added_and_deleted_leave_no_per_key_residue() -> None:
+    store = Store()
+    gc.collect()
+    blocks_before = sys.getallocatedblocks()
+    tables_before = _table_bytes(store)
+    for i in range(N):
+        store.apply(ADDED, _event(i))
+    assert len(store) == N
+    peak_tables = _table_bytes(store)
+    assert peak_tables > 50 * 2**20  # the tables really grew: the check below means something
+    for i in range(N):
+        obj = _event(i)
+        obj["metadata"]["resourceVersion"] = str(10 + N + i)  # type: ignore[index]
+        store.apply(DELETED, obj)
+    assert len(store) == 0
+    assert store.by_index("namespace", "ns-000") == []
+    gc.collect()
+    # Per-key objects: all gone (a few hundred blocks of slack for interpreter caches).
+    assert sys.getallocatedblocks() - blocks_before < 1000
+    # Hash tables: back near their empty size, not holding a slot per deleted key. What may
+    # remain is bounded whatever the peak: tables of up to 4 * SHRINK_ABOVE slots each.
+    assert _table_bytes(store) < tables_before + 256 * 1024, (
+        f"the store's tables keep {_table_bytes(store) / 2**20:.1f} MiB after every key left "
+        f"(peak {peak_tables / 2**20:.1f} MiB)"
+    )
