@@ -61,7 +61,7 @@ from prometheus_client.exposition import generate_latest
 
 from controller_runtime import metrics as cr_metrics
 from controller_runtime.builder import GuardFactory
-from controller_runtime.cache import ByObject, Cache, KindKey
+from controller_runtime.cache import ByObject, Cache, CacheSyncTimeoutError, KindKey
 from controller_runtime.client import Client
 from controller_runtime.consistency import ReadYourWritesGuard
 from controller_runtime.controller import Controller
@@ -230,8 +230,8 @@ class Manager:
                 await self._lead()
             else:
                 await self._campaign(self.elector)
-        except (LeaderElectionLostError, asyncio.CancelledError):
-            raise
+        except (LeaderElectionLostError, CacheSyncTimeoutError, asyncio.CancelledError):
+            raise  # expected ends, each with a message of its own
         except Exception as err:
             log.error(
                 "the manager failed (%s); shutting down so that the process exits non-zero",
