@@ -9,6 +9,9 @@ from typing import Any
 import orjson
 
 from controller_runtime.envtest import ControlPlane
+from controllers.postgres.api import API_VERSION as PG_API_VERSION
+from controllers.postgres.api import POLICY, POLICY_NAME
+from controllers.postgres.localserver import LocalPostgres
 from informers._framing import LineFramer
 from kubeclient.config import load_kubeconfig
 from kubeclient.transport import Transport
@@ -91,3 +94,50 @@ async def until_allowed(
         if answer.json()["status"].get("allowed"):
             return
     raise AssertionError(f"RBAC never allowed {verb} {resource}")
+
+
+async def create_external_instance(
+    transport: Transport, server: LocalPostgres, namespace: str, *, field_manager: str
+) -> None:
+    """Enable ``server``'s major version in the version policy, then create the PostgresInstance
+    ``db`` in ``namespace`` pointing at ``server``, with its admin Secret ``db-admin``."""
+    major = server.version.split(".")[0]
+    policy = {
+        "apiVersion": PG_API_VERSION,
+        "kind": POLICY,
+        "metadata": {"name": POLICY_NAME},
+        "spec": {"versions": [{"version": major, "enabled": True}]},
+    }
+    await transport.request(
+        "PATCH",
+        f"/apis/{PG_API_VERSION}/postgresversionpolicies/{POLICY_NAME}",
+        body=policy,
+        content_type="application/apply-patch+yaml",
+        params={"fieldManager": field_manager, "force": "true"},
+    )
+    await transport.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/secrets",
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "db-admin"},
+            "stringData": {"username": server.user, "password": server.password},
+        },
+    )
+    await transport.request(
+        "POST",
+        f"/apis/{PG_API_VERSION}/namespaces/{namespace}/postgresinstances",
+        body={
+            "apiVersion": PG_API_VERSION,
+            "kind": "PostgresInstance",
+            "metadata": {"name": "db"},
+            "spec": {
+                "external": {
+                    "host": server.host,
+                    "port": server.port,
+                    "adminSecretRef": {"name": "db-admin"},
+                }
+            },
+        },
+    )

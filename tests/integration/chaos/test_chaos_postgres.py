@@ -21,11 +21,12 @@ import psycopg
 import pytest
 
 from controller_runtime.envtest import ControlPlane
-from controllers.postgres.api import API_VERSION, POLICY, POLICY_NAME, identifier_from
+from controllers.postgres.api import API_VERSION, identifier_from
 from controllers.postgres.common import decode_secret
 from controllers.postgres.localserver import LocalPostgres
 from kubeclient.errors import ApiError
 from tests.integration.chaos.cluster import BINDINGS, SEED, TIMEOUT, Chaos, replicas, run_chaos
+from tests.support import create_external_instance
 
 # make chaos only: seed 2 (a SIGKILL of the leader, a compaction and an API-server restart)
 # left a binding not Ready after 120 s; see docs/reliability.md.
@@ -44,47 +45,7 @@ async def chaos(
 
 
 async def _prepare(chaos: Chaos, server: LocalPostgres) -> None:
-    major = server.version.split(".")[0]
-    policy = {
-        "apiVersion": API_VERSION,
-        "kind": POLICY,
-        "metadata": {"name": POLICY_NAME},
-        "spec": {"versions": [{"version": major, "enabled": True}]},
-    }
-    await chaos.admin.request(
-        "PATCH",
-        f"/apis/{API_VERSION}/postgresversionpolicies/{POLICY_NAME}",
-        body=policy,
-        content_type="application/apply-patch+yaml",
-        params={"fieldManager": "chaos", "force": "true"},
-    )
-    namespace = chaos.namespace
-    await chaos.admin.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/secrets",
-        body={
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "db-admin"},
-            "stringData": {"username": server.user, "password": server.password},
-        },
-    )
-    await chaos.admin.request(
-        "POST",
-        f"/apis/{API_VERSION}/namespaces/{namespace}/postgresinstances",
-        body={
-            "apiVersion": API_VERSION,
-            "kind": "PostgresInstance",
-            "metadata": {"name": "db"},
-            "spec": {
-                "external": {
-                    "host": server.host,
-                    "port": server.port,
-                    "adminSecretRef": {"name": "db-admin"},
-                }
-            },
-        },
-    )
+    await create_external_instance(chaos.admin, server, chaos.namespace, field_manager="chaos")
 
 
 def _bindings_path(chaos: Chaos) -> str:

@@ -30,12 +30,13 @@ from controllers.postgres import (
     setup_instance_controller,
     setup_user_controller,
 )
-from controllers.postgres.api import API_VERSION, POLICY, POLICY_NAME, identifier_from
+from controllers.postgres.api import API_VERSION, identifier_from
 from controllers.postgres.common import decode_secret
 from controllers.postgres.localserver import LocalPostgres
 from controllers.task import TASK_API_VERSION, derive_status, setup_task_controller
 from kubeclient.errors import AlreadyExistsError, ConflictError, NotFoundError
 from kubeclient.transport import Transport
+from tests.support import create_external_instance
 
 Obj = dict[str, Any]
 OPTIONS = ControllerOptions(skip_name_validation=True, max_concurrent_reconciles=2)
@@ -157,45 +158,8 @@ class BindingScenario:
 
     async def setup(self, manager: Manager, client: Client, namespace: str) -> None:
         self.namespace = namespace
-        major = self.server.version.split(".")[0]
-        policy = {
-            "apiVersion": API_VERSION,
-            "kind": POLICY,
-            "metadata": {"name": POLICY_NAME},
-            "spec": {"versions": [{"version": major, "enabled": True}]},
-        }
-        await self.transport.request(
-            "PATCH",
-            f"/apis/{API_VERSION}/postgresversionpolicies/{POLICY_NAME}",
-            body=policy,
-            content_type="application/apply-patch+yaml",
-            params={"fieldManager": "fuzzer", "force": "true"},
-        )
-        await self.transport.request(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/secrets",
-            body={
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "db-admin"},
-                "stringData": {"username": self.server.user, "password": self.server.password},
-            },
-        )
-        await self.transport.request(
-            "POST",
-            f"/apis/{API_VERSION}/namespaces/{namespace}/postgresinstances",
-            body={
-                "apiVersion": API_VERSION,
-                "kind": "PostgresInstance",
-                "metadata": {"name": "db"},
-                "spec": {
-                    "external": {
-                        "host": self.server.host,
-                        "port": self.server.port,
-                        "adminSecretRef": {"name": "db-admin"},
-                    }
-                },
-            },
+        await create_external_instance(
+            self.transport, self.server, namespace, field_manager="fuzzer"
         )
         for setup in (setup_instance_controller, setup_user_controller, setup_binding_controller):
             await setup(manager, client, options=OPTIONS)
