@@ -10,6 +10,9 @@ it is never run again. The controller creates the Job (``<backup>-backup``, rend
 The Job's name is derived from the Backup's, so a reconcile on a stale cache that does not
 see the Job yet cannot start a second one (the create answers ``AlreadyExists``). A Job that
 disappears before it finished (deleted by hand) fails the Backup rather than running it again.
+A Job of that name controlled by another object (the Job of a deleted Backup of the same name,
+not collected yet) is never taken for this Backup's: the Backup stays as it is until that Job
+is gone, then runs its own.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from controller_runtime import (
     NotFoundError,
     Request,
     Result,
+    is_controlled_by,
     reconcile_logger,
     set_controller_reference,
 )
@@ -45,6 +49,8 @@ from controllers.postgres.policy import image_for, parse_version
 
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})
+PREDECESSOR_RECHECK = 5.0
+"""Seconds between looks while a Job of the Backup's name belongs to another object."""
 
 
 async def tools_image(client: Client, backup: Obj, instance: Obj) -> str:
@@ -98,6 +104,12 @@ class BackupReconciler:
             # The cache is complete (synced at start, and holding our own creates before we
             # run again): a Job we created and cannot see was deleted.
             job = None
+        if job is not None and not is_controlled_by(job, backup):
+            # A predecessor's: a deleted Backup of the same name whose Job is not collected
+            # yet (or not yet gone from the cache). Never take its outcome; its deletion
+            # brings us back, and the requeue covers a Job that is never collected.
+            reconcile_logger(__name__).info("Job %s is not this Backup's; waiting for it", name)
+            return Result(requeue_after=PREDECESSOR_RECHECK)
         if job is None and status.get("jobName"):
             phase, message = "Failed", f"the Job {name} disappeared before it finished"
         elif job is None:
@@ -128,8 +140,9 @@ class BackupReconciler:
                 job = await self.client.create(rendered)
                 reconcile_logger(__name__).info("created Job %s", name)
             except AlreadyExistsError:
-                # Ours, from an attempt whose answer was lost: its events bring us back.
-                job = None
+                # Ours, from an attempt whose answer was lost, or a predecessor's not in the
+                # cache yet: record nothing until the cache shows whose it is.
+                return Result(requeue_after=PREDECESSOR_RECHECK)
             status["jobName"] = name
             phase, message = jobs.job_outcome(job)
         else:
