@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from kubeclient.config import ClusterConfig
 from kubeclient.transport import Transport
+from tests.integration.stalecache.backup_scenario import BackupScenario
 from tests.integration.stalecache.harness import (
     Act,
     Cut,
@@ -56,6 +57,8 @@ FUZZ = settings(
 def make_scenario(name: str, transport: Transport, request: pytest.FixtureRequest) -> Scenario:
     if name == "task":
         return TaskScenario(transport)
+    if name == "backup":
+        return BackupScenario(transport, request.getfixturevalue("postgres_server"))
     return BindingScenario(transport, request.getfixturevalue("postgres_server"))
 
 
@@ -122,6 +125,24 @@ async def test_postgres_controllers_under_a_scheduled_cache(
     schedule: list[Step],
 ) -> None:
     await _fuzz("binding", schedule, admin_config, transport, request, guard=guard)
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
+@pytest.mark.timeout(TIMEOUT)
+@FUZZ
+@given(
+    schedule=schedules(
+        BackupScenario.resources, BackupScenario.actions, BackupScenario.objects, max_steps=12
+    )
+)
+async def test_backup_controllers_under_a_scheduled_cache(
+    admin_config: ClusterConfig,
+    transport: Transport,
+    request: pytest.FixtureRequest,
+    guard: bool,
+    schedule: list[Step],
+) -> None:
+    await _fuzz("backup", schedule, admin_config, transport, request, guard=guard)
 
 
 # -- regression schedules (found by the fuzzer, or written to pin a fault's handling) -------
@@ -223,5 +244,23 @@ async def test_regression_binding_deleted_recreated_deleted_while_the_cache_reli
         Wait(1.5),
     ]
     scenario = make_scenario("binding", transport, request)
+    report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
+    assert not report.failures, report.failures
+
+
+async def test_regression_backup_recreated_while_its_old_job_is_still_cached(
+    admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
+) -> None:
+    """A Backup re-created with the same name must not take the outcome of the Job its
+    predecessor controlled (still in the cache, or not yet collected): it runs its own."""
+    schedule: list[Step] = [
+        Wait(1.5),
+        DeleteLag("jobs", 2.0),
+        Act("complete", 0),
+        Wait(0.5),
+        Act("recreate", 0),
+        Wait(0.5),
+    ]
+    scenario = make_scenario("backup", transport, request)
     report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
     assert not report.failures, report.failures
