@@ -73,6 +73,7 @@ from controller_runtime.leaderelection import (
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
 from controller_runtime.sharding import ShardRing, ShardRingConfig
 from informers import metrics as informer_metrics
+from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
 from kubeclient.config import ClusterConfig
 from kubeclient.transport import Transport
@@ -111,7 +112,11 @@ class ManagerOptions:
     without. ``read_your_writes``: the per-controller consistency guard (on by default).
     ``shard_ring``: join this ring of replicas, for controllers built with
     ``complete_sharded`` (``None``: no sharding); leader election may be on beside it for
-    the unsharded controllers.
+    the unsharded controllers. ``watch_timeout_seconds``: every informer asks the server to
+    end each watch after a random time in ``[N, 2N)`` seconds (client-go's rule, N = 300 s)
+    and presumes the connection dead after no byte for that time plus 10 s (a frozen
+    connection, a silent partition): it then re-watches, or relists if needed. Lower it to
+    notice a frozen connection sooner, at the cost of re-opening every watch that often.
     """
 
     namespaces: Sequence[str] | None = None
@@ -124,6 +129,7 @@ class ManagerOptions:
     cache_sync_timeout: float = 120.0
     read_your_writes: bool = True
     field_manager: str = "controller-runtime-py"
+    watch_timeout_seconds: int = 300
 
 
 def _split_address(address: str | None) -> tuple[str, int] | None:
@@ -141,7 +147,13 @@ class Manager:
         self.config = config
         self.options = options = options or ManagerOptions()
         self.transport = Transport(config, observer=informer_metrics.rest_observer(config.server))
-        self.factory = InformerFactory(self.transport)
+        timeout = options.watch_timeout_seconds
+        if timeout < 1:
+            raise ValueError(f"watch_timeout_seconds must be >= 1, got {timeout}")
+        self.factory = InformerFactory(
+            self.transport,
+            options=ReflectorOptions(watch_timeout_min=timeout, watch_timeout_max=2 * timeout),
+        )
         self.cache = Cache(self.factory, namespaces=options.namespaces, by_object=options.by_object)
         self.client = Client(self.transport, self.cache, field_manager=options.field_manager)
         self.controllers: list[Controller] = []

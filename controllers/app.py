@@ -113,6 +113,7 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
             health_probe_bind_address=settings.health_probe_bind_address,
             graceful_shutdown_timeout=settings.graceful_shutdown_timeout,
             read_your_writes=settings.read_your_writes,
+            watch_timeout_seconds=settings.watch_timeout,
         ),
     )
 

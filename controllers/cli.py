@@ -47,6 +47,7 @@ class OperatorSettings:
     concurrency: dict[str, int] = field(default_factory=dict)
     graceful_shutdown_timeout: float = 30.0
     read_your_writes: bool = True
+    watch_timeout: int = 300
     log_level: str = "info"
     log_format: str = "text"
 
@@ -178,6 +179,14 @@ def parser(
         action="store_false",
         help="turn off the stale-cache guard (on by default)",
     )
+    work.add_argument(
+        "--watch-timeout",
+        type=_positive,
+        default=300,
+        metavar="SECONDS",
+        help="each watch ends after a random [N, 2N) seconds, and a watch silent for that "
+        "long plus 10 s is presumed dead and re-opened (default: %(default)s, client-go's)",
+    )
     logs = p.add_argument_group("logging")
     logs.add_argument(
         "--log-level",
@@ -228,6 +237,7 @@ def settings_from(
         concurrency=dict(args.concurrency),
         graceful_shutdown_timeout=args.graceful_shutdown_timeout,
         read_your_writes=args.read_your_writes,
+        watch_timeout=args.watch_timeout,
         log_level=args.log_level,
         log_format=args.log_format,
     )
