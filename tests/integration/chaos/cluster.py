@@ -46,9 +46,14 @@ TIMEOUT = 300 + 2 * FAULT_SECONDS + CONVERGE_WITHIN + TASKS * 0.1
 """Seconds per chaos test: start-up, the load's creates, the faults and convergence."""
 LEASE_NAMESPACE = "default"
 SHORT_LEASE = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"]
+WATCH_TIMEOUT = 5
+"""The replicas' ``--watch-timeout``: a watch silent for ``[5, 10) + 10`` s is presumed dead,
+so a ``long-freeze`` (24 s) outlasts the idle window and must be noticed."""
+LONG_FREEZE = 2 * WATCH_TIMEOUT + 10 + 4
 FAULTS = (
     "cut",
     "freeze",
+    "long-freeze",
     "latency",
     "apiserver-restart",
     "compaction",
@@ -140,6 +145,17 @@ class Chaos:
     rng: random.Random
     faults: Counter[str] = dataclasses.field(default_factory=Counter)
     loader_ops: Counter[str] = dataclasses.field(default_factory=Counter)
+    idle_checks: list[IdleCheck] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class IdleCheck:
+    """One long freeze of a follower: its idle-timeout watch restarts before and after."""
+
+    replica: str
+    before: float
+    after: float
+    same_process: bool
 
 
 @pytest.fixture(scope="session")
@@ -188,7 +204,7 @@ async def replicas(
                 )
                 replica = Replica(
                     user,
-                    [*timings, "--log-level", "warning"],
+                    [*timings, "--watch-timeout", str(WATCH_TIMEOUT), "--log-level", "warning"],
                     proxy,
                     kubeconfig,
                     _free_port(),
@@ -230,6 +246,8 @@ async def inject(chaos: Chaos, fault: str) -> None:
         victim.proxy.freeze()
         await asyncio.sleep(rng.uniform(2, 6))
         victim.proxy.thaw()
+    elif fault == "long-freeze":
+        await long_freeze(chaos)
     elif fault == "latency":
         for replica in replicas:
             replica.proxy.latency = rng.choice([0.2, 0.5, 1.0])
@@ -265,6 +283,40 @@ async def inject(chaos: Chaos, fault: str) -> None:
         await asyncio.sleep(rng.uniform(2, 6))
         for replica in replicas:
             replica.proxy.refuse = False
+
+
+async def long_freeze(chaos: Chaos) -> None:
+    """Freeze one follower's connections past its watches' idle window, and record whether it
+    noticed (its ``informer_watch_restarts_total{reason="idle timeout"}`` grew)."""
+    lead = await leader(chaos)
+    followers = [r for r in chaos.replicas if r is not lead and r.running and not r.busy]
+    if not followers:
+        return
+    victim = chaos.rng.choice(followers)
+    assert victim.process is not None
+    pid = victim.process.pid
+    before = await asyncio.to_thread(idle_restarts, victim)
+    victim.proxy.freeze()
+    await asyncio.sleep(LONG_FREEZE)
+    victim.proxy.thaw()
+    after = await asyncio.to_thread(idle_restarts, victim)
+    same = victim.process is not None and victim.process.pid == pid and victim.running
+    chaos.idle_checks.append(IdleCheck(victim.name, before, after, same))
+
+
+def idle_restarts(replica: Replica) -> float:
+    """The replica's watch restarts for an idle timeout (-1 when it does not answer)."""
+    url = f"http://127.0.0.1:{replica.metrics_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return -1.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("informer_watch_restarts_total{") and 'reason="idle timeout"' in line
+    )
 
 
 async def compact(etcd_url: str) -> None:
@@ -422,6 +474,8 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
     while time.monotonic() - started < FAULT_SECONDS:
         await asyncio.sleep(chaos.rng.uniform(0.5, 3.0))
         await inject(chaos, chaos.rng.choice(FAULTS))
+    if not chaos.faults["long-freeze"]:
+        await inject(chaos, "long-freeze")  # every run checks a freeze past the idle window
     last_fault = time.monotonic()
     stop.set()
     await loader
@@ -461,6 +515,7 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
         "kills": sum(r.restarts for r in chaos.replicas),
         "exits": sum(r.exits for r in chaos.replicas),
         "reflector_restarts": total.get("informer_reflector_restarts_total", 0),
+        "long_freezes": [dataclasses.asdict(c) for c in chaos.idle_checks],
         "outcome": "pass" if not remaining and not bad else "FAIL",
     }
     print("chaos result:", orjson.dumps(summary).decode())
@@ -484,4 +539,9 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
     assert not missing, f"no client metrics from {missing}"
     dead = {n: m["informer_reflector_restarts_total"] for n, m in metrics.items()
             if m.get("informer_reflector_restarts_total")}  # fmt: skip
+    unnoticed = [c for c in chaos.idle_checks if c.same_process and c.after <= c.before]
+    assert not unnoticed, (
+        f"a follower frozen {LONG_FREEZE}s (past its idle window) did not restart a watch for "
+        f"the idle timeout: {unnoticed}; {hint}"
+    )
     assert not dead, f"reflectors died (and were restarted) in {dead}: see the logs; {hint}"
