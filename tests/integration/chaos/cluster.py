@@ -461,8 +461,16 @@ async def supervise(chaos: Chaos) -> None:
         await asyncio.sleep(0.5)  # the kubelet's restart delay, shortened
 
 
-async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int) -> None:
-    """Load and faults for ``FAULT_SECONDS``, then wait for convergence and check who wrote;
+async def run_chaos(
+    chaos: Chaos,
+    load: Loader,
+    unconverged: Check,
+    objects: int,
+    *,
+    converge_within: float = CONVERGE_WITHIN,
+) -> None:
+    """Load and faults for ``FAULT_SECONDS``, then wait ``converge_within`` seconds at most
+    for convergence and check who wrote;
     prints (and with ``CHAOS_REPORT`` appends) the run's numbers."""
     print(f"\nchaos seed {SEED}: {objects} objects in {chaos.namespace}, {FAULT_SECONDS:g}s of "
           f"faults; repeat with:\n  {reproduce_command()}")  # fmt: skip
@@ -480,7 +488,7 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
     stop.set()
     await loader
     remaining: list[str] = []
-    while time.monotonic() - last_fault < CONVERGE_WITHIN:
+    while time.monotonic() - last_fault < converge_within:
         remaining = await unconverged(chaos)
         if not remaining:
             break
@@ -515,6 +523,8 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
         "kills": sum(r.restarts for r in chaos.replicas),
         "exits": sum(r.exits for r in chaos.replicas),
         "reflector_restarts": total.get("informer_reflector_restarts_total", 0),
+        "reconcile_errors": total.get("controller_runtime_reconcile_errors_total", 0),
+        "retries": total.get("workqueue_retries_total", 0),
         "long_freezes": [dataclasses.asdict(c) for c in chaos.idle_checks],
         "outcome": "pass" if not remaining and not bad else "FAIL",
     }
@@ -529,7 +539,7 @@ async def run_chaos(chaos: Chaos, load: Loader, unconverged: Check, objects: int
             lines = replica.log.read_text(errors="replace").splitlines()[-15:]
             print(f"--- last lines of {replica.name} ({replica.log.name}):", *lines, sep="\n")
     assert not remaining, (
-        f"not converged {CONVERGE_WITHIN:.0f}s after the last fault: {remaining[:5]}; {hint}"
+        f"not converged {converge_within:.0f}s after the last fault: {remaining[:5]}; {hint}"
     )
     assert not bad, f"writes without the Lease: {bad[:5]}; {hint}"
     assert writes > 0, "the audit log shows no write by any replica: the check proves nothing"

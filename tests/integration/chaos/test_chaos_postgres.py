@@ -25,12 +25,28 @@ from controllers.postgres.api import API_VERSION, identifier_from
 from controllers.postgres.common import decode_secret
 from controllers.postgres.localserver import LocalPostgres
 from kubeclient.errors import ApiError
-from tests.integration.chaos.cluster import BINDINGS, SEED, TIMEOUT, Chaos, replicas, run_chaos
+from tests.integration.chaos.cluster import (
+    BINDINGS,
+    CONVERGE_WITHIN,
+    FAULT_SECONDS,
+    SEED,
+    TIMEOUT,
+    Chaos,
+    replicas,
+    run_chaos,
+)
 from tests.support import create_external_instance
 
 # make chaos only: seed 2 (a SIGKILL of the leader, a compaction and an API-server restart)
 # left a binding not Ready after 120 s; see docs/reliability.md.
 pytestmark = [pytest.mark.integration, pytest.mark.chaos_only]
+
+CONVERGE_BINDINGS = CONVERGE_WITHIN + FAULT_SECONDS
+"""Seconds the bindings have after the last fault: the Tasks' bound plus the fault window. A
+binding whose reconciles kept failing through the faults (its writes, or PostgreSQL, out of
+reach) waits out its per-item backoff as in controller-runtime (5 ms doubling, so the next
+retry comes about as long after the last failure as the failures lasted), unless an event
+for it comes first; the backoff is not reset when the API server is reachable again."""
 
 CONTROLLERS = "postgres-instance,postgres-user,service-binding"
 
@@ -192,7 +208,9 @@ async def test_bindings_converge_after_chaos_and_only_the_leader_writes(
     chaos: Chaos, postgres_server: LocalPostgres
 ) -> None:
     try:
-        await run_chaos(chaos, load, make_check(postgres_server), BINDINGS)
+        await run_chaos(
+            chaos, load, make_check(postgres_server), BINDINGS, converge_within=CONVERGE_BINDINGS
+        )
     finally:
         await asyncio.to_thread(_drop_roles, postgres_server, identifier_from(chaos.namespace))
 
