@@ -438,7 +438,7 @@ def reproduce_command() -> str:
     return (
         f"CHAOS_SEED={SEED} CHAOS_TASKS={TASKS} CHAOS_BINDINGS={BINDINGS} "
         f"CHAOS_SECONDS={FAULT_SECONDS:g} make integration "
-        'PYTEST_ARGS="tests/integration/chaos -s"'
+        'PYTEST_ARGS="-s -k test_chaos_"'
     )
 
 
