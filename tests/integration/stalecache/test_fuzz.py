@@ -264,3 +264,34 @@ async def test_regression_backup_recreated_while_its_old_job_is_still_cached(
     scenario = make_scenario("backup", transport, request)
     report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
     assert not report.failures, report.failures
+
+
+async def test_regression_backup_plan_prunes_while_its_backups_lag(
+    admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
+) -> None:
+    """Four runs of the plan finish while its Backups reach the cache late and relist: the
+    plan keeps the newest two (``keepLast``) and never prunes one of them."""
+    schedule: list[Step] = [
+        Lag("backups", 1.0),
+        Act("tick", 0),
+        Wait(1.5),
+        Act("complete", 0),
+        Act("tick", 0),
+        Wait(1.5),
+        Act("complete", 1),
+        Expire("backups"),
+        Act("tick", 0),
+        Wait(1.5),
+        Act("complete", 0),
+        Act("tick", 0),
+        Wait(1.5),
+        Act("complete", 1),
+        Wait(1.5),
+    ]
+    scenario = make_scenario("backup", transport, request)
+    assert isinstance(scenario, BackupScenario)
+    report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
+    assert not report.failures, report.failures
+    assert len(scenario.plan_backups) >= 3 and scenario.gone, (
+        f"the schedule did not make the plan prune: {scenario.plan_backups}, {scenario.gone}"
+    )
