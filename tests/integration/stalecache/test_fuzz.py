@@ -295,3 +295,23 @@ async def test_regression_backup_plan_prunes_while_its_backups_lag(
     assert len(scenario.plan_backups) >= 3 and scenario.gone, (
         f"the schedule did not make the plan prune: {scenario.plan_backups}, {scenario.gone}"
     )
+
+
+async def test_regression_backup_job_deleted_by_hand_while_jobs_lag(
+    admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
+) -> None:
+    """A Job deleted by hand before it finished fails its Backup: never a second Job, even
+    when the Backup's own status write and the Job's events reach the cache late."""
+    schedule: list[Step] = [
+        Lag("backups", 1.0),
+        DeleteLag("jobs", 0.5),
+        Wait(1.5),
+        Act("delete-job", 0),
+        Act("delete-job", 1),
+        Wait(1.5),
+    ]
+    scenario = make_scenario("backup", transport, request)
+    assert isinstance(scenario, BackupScenario)
+    report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
+    assert not report.failures, report.failures
+    assert scenario.jobs_deleted, "no Job was deleted by hand: the schedule proves nothing"
