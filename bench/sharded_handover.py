@@ -1,6 +1,7 @@
 """Handover times of the sharded Task controller: a join, a clean leave and a crash.
 
-Run ``python -m bench.sharded_handover --objects 2000 --timings default,short``.
+Run ``python -m bench.sharded_handover --objects 2000 --timings default,short``; the numbers are
+in docs/scaling.md.
 
 It starts a local control plane (``ShardedListAndWatch`` on), creates N Tasks and, for each
 set of ring timings asked for (``default``: lease 15 s, renew deadline 10 s, retry 2 s, what
@@ -262,8 +263,8 @@ async def drive(objects: int, timing_sets: list[str]) -> None:
             await create_tasks(transport, namespace, objects)
             out = Path(tempfile.mkdtemp(prefix="crpy-bench-handover-"))
             print(json.dumps({"objects": objects, "logs": str(out)}), flush=True)
-            for timings in timing_sets:
-                ring_out = out / timings
+            for n, timings in enumerate(timing_sets):
+                ring_out = out / f"{n}-{timings}"
                 ring_out.mkdir()
                 result = await run_ring(plane, namespace, timings, ring_out)
                 result["objects"] = objects

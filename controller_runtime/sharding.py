@@ -33,10 +33,15 @@ half of the space on every change.
   replicas racing for a slot, the later writer always sees the earlier claim; at worst both
   withdraw and retry a period later;
 * *cut off* from the API server: when no renewal has succeeded for ``renew_deadline``
-  (counted from when the last successful renewal was *sent*), the replica cancels every
-  in-flight reconcile and drops all its slots by itself. Its Lease expires for the others only
-  ``lease_duration`` after they last saw it change, which is later, so they never start a slot
-  it may still be working on.
+  (counted from when the last successful renewal was *sent*) while it works on or claims
+  slots, the replica cancels every in-flight reconcile, drops all its slots and claims and
+  abandons the step in progress, by itself. Its Lease expires for the others only
+  ``lease_duration`` after they last saw it change (judged as of when they sent the listing
+  that shows it unchanged), which is later, so they never start a slot it may still be
+  working on.
+
+The decisions are in :mod:`controller_runtime.shard_protocol` (no I/O, checked against a
+model); this module performs the requests they ask for.
 
 Caveats (the same as leader election's): this is not fencing. A write sent just before a
 replica stopped may reach the server after another replica began; make writes conditional
