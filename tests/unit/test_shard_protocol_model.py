@@ -105,6 +105,12 @@ class Replica:
 
 
 class RingModel(RuleBasedStateMachine):
+    """Up to four replicas (crashed ones replaced by new ones) over one model API server.
+
+    Each replica's protocol generator waits on one effect at a time; the rules decide when
+    its request is read or landed by the server, answered, failed or given up on, and when
+    time passes (the watchdog fencing at the renew deadline, as the protocol asks)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.now = 0.0
@@ -332,8 +338,9 @@ class RingModel(RuleBasedStateMachine):
         r = self.live.get(name)
         if r is None or r.listing is None or r.listing.leases is None:
             return
-        listing, r.listing = r.listing, None
-        self._advance(r, Observation(listing.leases, listing.sent_at, self.now))
+        leases, sent_at = r.listing.leases, r.listing.sent_at
+        r.listing = None
+        self._advance(r, Observation(leases, sent_at, self.now))
 
     def fail_listing(self, name: str) -> None:
         r = self.live.get(name)
