@@ -336,8 +336,9 @@ class ShardRing:
         deadline = self.config.renew_deadline
         while True:
             last = self.protocol.last_renew
+            # Not holding anything: look again soon, as a step may claim at any moment.
             holding = self.active or self.claims
-            wait = max(last + deadline - self._clock(), 0.0) if holding else 1.0
+            wait = max(last + deadline - self._clock(), 0.0) if holding else 0.25
             done, _ = await asyncio.wait({stepping}, timeout=max(wait, 0.05))
             if stepping in done:
                 stepping.result()

@@ -505,3 +505,35 @@ def test_a_step_that_outlived_a_renewal_stall_never_starts_what_it_claimed() -> 
     model.get_on(i=3, times=3)  # r4 renews again, then gets its stale answer
     model.no_slot_is_worked_on_by_two_replicas()
     assert not model.live["r4"].working
+
+
+def test_a_claim_whose_write_failed_is_not_worked_on_until_a_write_publishes_it() -> None:
+    """r1 claims every slot but the write fails; its next step finds nothing to write (the
+    claims are unchanged) and must not start them: the Lease says r1 claims nothing, so r2,
+    which sees both members, takes its half meanwhile."""
+    model = RingModel()
+    model.start_ring(count=2)
+
+    def answered(name: str) -> None:
+        model.server_reads_listing(name)
+        model.answer_listing(name)
+
+    model.renew("r1")
+    model.begin_step("r1")
+    answered("r1")  # r1 sees itself alone: claims all 8 slots
+    model.send_step_write("r1")
+    model.fail_write("r1")  # and never lands
+    model.begin_step("r1")
+    answered("r1")
+    answered("r1")
+    assert model.live["r1"].member.claims == set(range(SLOTS))
+    assert not model.live["r1"].working
+    model.renew("r2")
+    model.begin_step("r2")
+    answered("r2")  # r2 sees r1 (claiming nothing) and itself
+    model.send_step_write("r2")
+    model.land_write("r2")
+    model.answer_write("r2")
+    answered("r2")
+    assert len(model.live["r2"].working) == SLOTS // 2
+    model.no_slot_is_worked_on_by_two_replicas()
