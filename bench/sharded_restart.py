@@ -16,7 +16,8 @@ it) and measures:
 * **bytes sent** by the API server to each replica (TLS records, ring Leases included).
 
 Replica processes run ``python -m bench.sharded_restart replica ...`` (default ring timings:
-lease 15 s, renew deadline 10 s, retry 2 s, settle 4 s; 4 workers per slot). Prints one JSON
+lease 15 s, renew deadline 10 s, retry 2 s, settle 4 s unless ``--settle``; 4 workers per
+slot). Prints one JSON
 line per run; replica logs stay in the directory printed first.
 """
 
@@ -40,7 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 # -- a replica ------------------------------------------------------------------------------
 
 
-async def replica(kubeconfig: str, namespace: str, ring: str, identity: str, out: Path) -> int:
+async def replica(  # noqa: PLR0917 (a bench entry point)
+    kubeconfig: str, namespace: str, ring: str, identity: str, out: Path, settle: float | None
+) -> int:
     from controller_runtime import Request, Result  # noqa: PLC0415 (replica mode only)
     from controller_runtime.controller import ControllerOptions  # noqa: PLC0415
     from controller_runtime.manager import (  # noqa: PLC0415
@@ -58,7 +61,7 @@ async def replica(kubeconfig: str, namespace: str, ring: str, identity: str, out
             namespaces=[namespace],
             metrics_bind_address=None,
             health_probe_bind_address=None,
-            shard_ring=ShardRingConfig(ring, namespace, identity=identity),
+            shard_ring=ShardRingConfig(ring, namespace, identity=identity, settle=settle),
         ),
     )
     sharded = await setup_sharded_task_controller(
@@ -123,7 +126,13 @@ async def create_tasks(transport: Any, namespace: str, count: int) -> None:
 
 
 async def run_ring(  # noqa: PLR0917 (a bench driver)
-    plane: Any, namespace: str, replicas: int, count: int, out: Path, timeout: float
+    plane: Any,
+    namespace: str,
+    replicas: int,
+    count: int,
+    out: Path,
+    timeout: float,
+    settle: float | None,
 ) -> dict[str, Any]:
     from controller_runtime.envtest.faultproxy import FaultProxy  # noqa: PLC0415
 
@@ -149,6 +158,7 @@ async def run_ring(  # noqa: PLR0917 (a bench driver)
                     ring,
                     name,
                     str(out),
+                    "" if settle is None else str(settle),
                 ],
                 cwd=REPO,
                 stdout=log,
@@ -200,7 +210,9 @@ async def run_ring(  # noqa: PLR0917 (a bench driver)
     return result
 
 
-async def drive(objects: int, replica_counts: list[int], gate: bool, timeout: float) -> None:
+async def drive(
+    objects: int, replica_counts: list[int], gate: bool, timeout: float, settle: float | None
+) -> None:
     import tempfile  # noqa: PLC0415
 
     from controller_runtime.envtest import ControlPlane  # noqa: PLC0415
@@ -218,10 +230,11 @@ async def drive(objects: int, replica_counts: list[int], gate: bool, timeout: fl
             print(json.dumps({"created": objects, "seconds": round(time.monotonic() - t0, 1)}))
             out = Path(tempfile.mkdtemp(prefix="crpy-bench-shard-"))
             print(json.dumps({"logs": str(out)}))
-            warm = await run_ring(plane, namespace, 4, objects, out, timeout)
+            warm = await run_ring(plane, namespace, 4, objects, out, timeout, None)
             print(json.dumps({"warm_up": warm}), flush=True)
             for count in replica_counts:
-                result = await run_ring(plane, namespace, count, objects, out, timeout)
+                result = await run_ring(plane, namespace, count, objects, out, timeout, settle)
+                result["settle"] = settle
                 result["gate"] = "on" if gate else "off"
                 print(json.dumps(result), flush=True)
 
@@ -230,15 +243,19 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "replica":
         kubeconfig, namespace, ring, identity, out = args[1:6]
-        return asyncio.run(replica(kubeconfig, namespace, ring, identity, Path(out)))
+        settle = float(args[6]) if len(args) > 6 and args[6] else None
+        return asyncio.run(replica(kubeconfig, namespace, ring, identity, Path(out), settle))
     p = argparse.ArgumentParser(prog="python -m bench.sharded_restart", description=__doc__)
     p.add_argument("--objects", type=int, default=20_000)
     p.add_argument("--replicas", default="1,2,4", help="comma-separated replica counts")
     p.add_argument("--gate", choices=["on", "off"], default="on")
     p.add_argument("--timeout", type=float, default=1200.0)
+    p.add_argument(
+        "--settle", type=float, default=None, help="the ring's settle (s) in the measured runs"
+    )
     opts = p.parse_args(args)
     counts = [int(c) for c in opts.replicas.split(",")]
-    asyncio.run(drive(opts.objects, counts, opts.gate == "on", opts.timeout))
+    asyncio.run(drive(opts.objects, counts, opts.gate == "on", opts.timeout, opts.settle))
     return 0
 
 

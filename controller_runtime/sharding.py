@@ -33,10 +33,15 @@ half of the space on every change.
   replicas racing for a slot, the later writer always sees the earlier claim; at worst both
   withdraw and retry a period later;
 * *cut off* from the API server: when no renewal has succeeded for ``renew_deadline``
-  (counted from when the last successful renewal was *sent*), the replica cancels every
-  in-flight reconcile and drops all its slots by itself. Its Lease expires for the others only
-  ``lease_duration`` after they last saw it change, which is later, so they never start a slot
-  it may still be working on.
+  (counted from when the last successful renewal was *sent*) while it works on or claims
+  slots, the replica cancels every in-flight reconcile, drops all its slots and claims and
+  abandons the step in progress, by itself. Its Lease expires for the others only
+  ``lease_duration`` after they last saw it change (judged as of when they sent the listing
+  that shows it unchanged), which is later, so they never start a slot it may still be
+  working on.
+
+The decisions are in :mod:`controller_runtime.shard_protocol` (no I/O, checked against a
+model); this module performs the requests they ask for.
 
 Caveats (the same as leader election's): this is not fencing. A write sent just before a
 replica stopped may reach the server after another replica began; make writes conditional
@@ -52,7 +57,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -66,6 +71,19 @@ from controller_runtime.leaderelection import (
 )
 from controller_runtime.metrics import TASK_FAILURES
 from controller_runtime.shard_metrics import ring_metrics
+from controller_runtime.shard_protocol import (
+    Effect,
+    Handover,
+    LeaseRecord,
+    Observation,
+    Observe,
+    Publish,
+    RingMember,
+    StartSlots,
+    Steps,
+    StopSlots,
+    assign_slots,
+)
 from informers.sharding import HashRange, ShardField, ShardSelector, split_hash_space
 from kubeclient.errors import ApiError, NotFoundError
 from kubeclient.transport import Transport
@@ -158,37 +176,6 @@ def slot_selector(slot: int, slots: int, shard_field: ShardField = ShardField.UI
     return ShardSelector(shard_field, [slot_range(slot, slots)])
 
 
-def _score(member: str, slot: int) -> int:
-    digest = hashlib.blake2b(f"{member}\x00{slot}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def assign_slots(members: Iterable[str], slots: int) -> dict[str, frozenset[int]]:
-    """Which slots each member owns: bounded-load rendezvous hashing (see the module docs).
-
-    Deterministic in the *set* of members; every slot goes to exactly one member; member
-    loads differ by at most one slot.
-    """
-    ordered = sorted(set(members))
-    if not ordered:
-        return {}
-    base, extra = divmod(slots, len(ordered))
-    room = {m: base + (1 if i < extra else 0) for i, m in enumerate(ordered)}
-    pairs = sorted(
-        ((_score(m, s), m, s) for m in ordered for s in range(slots)),
-        key=lambda p: (-p[0], p[1], p[2]),
-    )
-    owner: dict[int, str] = {}
-    for _, member, slot in pairs:
-        if slot not in owner and room[member] > 0:
-            owner[slot] = member
-            room[member] -= 1
-    out: dict[str, set[int]] = {m: set() for m in ordered}
-    for slot, member in owner.items():
-        out[member].add(slot)
-    return {m: frozenset(s) for m, s in out.items()}
-
-
 def _describe(err: BaseException) -> str:
     if isinstance(err, TimeoutError):
         return "no answer in time (is the API server overloaded, or this process starved?)"
@@ -201,16 +188,6 @@ class SlotListener(Protocol):
     async def start_slot(self, slot: int) -> None: ...
 
     async def stop_slot(self, slot: int, drain_timeout: float | None) -> None: ...
-
-
-@dataclass
-class _Member:
-    identity: str
-    resource_version: str
-    changed_at: float
-    duration: float
-    claims: frozenset[int]
-    holder: bool
 
 
 def _parse_claims(text: str | None) -> frozenset[int]:
@@ -248,12 +225,14 @@ class ShardRing:
         self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases"
         self._path = f"{self._collection}/{self.lease.name}"
         self.listeners: list[SlotListener] = []
-        self.members: list[str] = []
-        self.active: set[int] = set()
-        self.claims: set[int] = set()
-        self._published: frozenset[int] = frozenset()
-        self._others: dict[str, _Member] = {}
-        self._last_renew = -float("inf")
+        self.protocol = RingMember(
+            config.identity,
+            config.slots,
+            lease_duration=config.lease_duration,
+            renew_deadline=config.renew_deadline,
+            drain_timeout=config.drain_timeout,
+            clock=clock,
+        )
         self._renew_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.handovers = 0
@@ -261,6 +240,21 @@ class ShardRing:
         self._fences_in_row = 0
         self._last_fence = -float("inf")
         self._m = ring_metrics(config.name)
+
+    @property
+    def members(self) -> list[str]:
+        """Live members as last listed (this replica included)."""
+        return self.protocol.members
+
+    @property
+    def active(self) -> set[int]:
+        """Slots being worked on."""
+        return self.protocol.active
+
+    @property
+    def claims(self) -> set[int]:
+        """Slots claimed, including those being drained."""
+        return self.protocol.claims
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -314,10 +308,7 @@ class ShardRing:
     async def leave(self, drain_timeout: float | None) -> None:
         """Stop every slot (draining up to ``drain_timeout``), record that nothing is claimed,
         and delete this replica's Lease so the others take over at their next step."""
-        await self._stop_slots(set(self.active), drain_timeout)
-        self.claims.clear()
-        if self._published:
-            await self._renew()
+        await self._perform_all(self.protocol.leave(drain_timeout))
         try:
             async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
                 await self.transport.request("DELETE", self._path)
@@ -328,7 +319,7 @@ class ShardRing:
                 self.lease.name,
                 _describe(err),
             )
-        self.members = []
+        self.protocol.members = []
         self._m.members.set(0)
         log.info("left shard ring %s as %s", self.config.name, self.config.identity)
 
@@ -340,21 +331,24 @@ class ShardRing:
     # -- the loop ---------------------------------------------------------------------------
 
     async def _watchdog(self, stepping: asyncio.Task[None]) -> None:
-        """Return when the renew deadline passed with slots active (or raise what the loop
-        raised)."""
+        """Return when the renew deadline passed with slots active or claimed (or raise what
+        the loop raised)."""
         deadline = self.config.renew_deadline
         while True:
-            wait = max(self._last_renew + deadline - self._clock(), 0.0) if self.active else 1.0
+            last = self.protocol.last_renew
+            # Not holding anything: look again soon, as a step may claim at any moment.
+            holding = self.active or self.claims
+            wait = max(last + deadline - self._clock(), 0.0) if holding else 0.25
             done, _ = await asyncio.wait({stepping}, timeout=max(wait, 0.05))
             if stepping in done:
                 stepping.result()
                 return
-            if self.active and self._clock() - self._last_renew >= deadline:
+            if self.protocol.fence_due(self._clock()):
                 log.error(
                     "shard ring %s: no renewal for %.1fs (deadline %.0fs); dropping slots %s "
                     "and cancelling their reconciles",
                     self.config.name,
-                    self._clock() - self._last_renew,
+                    self._clock() - self.protocol.last_renew,
                     deadline,
                     sorted(self.active),
                 )
@@ -363,7 +357,7 @@ class ShardRing:
     async def _fence(self) -> None:
         self._m.fenced.inc()
         await self._stop_slots(set(self.active), 0)
-        self.claims.clear()
+        self.protocol.fenced()
         # Back off before claiming again: a replica fenced because it was overloaded (every
         # slot relisting at once) would otherwise take the same load on at once, miss its
         # deadline again, and never settle. Doubles while fences come within a minute.
@@ -398,41 +392,37 @@ class ShardRing:
             await asyncio.sleep(self.config.retry_period)
 
     async def _step(self) -> None:
-        if not await self._observe():
-            return
-        me = self.config.identity
-        target = assign_slots(self.members, self.config.slots).get(me, frozenset())
-        lost = self.claims - target
-        if lost:
-            started = self._clock()
-            await self._stop_slots(lost & self.active, self.config.drain_timeout)
-            self.claims -= lost
-            await self._renew()
-            self._handover("release", lost, started)
-        pending = target - self.active
-        if not pending:
-            return
-        free = {s for s in pending if not self._claimed_by_other(s)}
-        if free - self.claims:
-            self.claims |= free
-            if not await self._renew():
-                return
-        if not await self._observe():
-            return
-        conflict = {s for s in pending & self.claims if self._claimed_by_other(s)}
-        if conflict:
-            self.claims -= conflict
-            await self._renew()
-        # Only slots claimed now *and* in the last write that succeeded: a withdrawal whose
-        # write failed leaves a slot published but no longer claimed.
-        gained = (pending & self.claims & self._published) - conflict
-        if gained:
-            started = self._clock()
-            await asyncio.gather(*(self._start_slot(slot) for slot in sorted(gained)))
-            self._handover("acquire", gained, started)
+        await self._perform_all(self.protocol.step())
 
-    def _handover(self, kind: str, slots: set[int] | frozenset[int], started: float) -> None:
-        seconds = self._clock() - started
+    async def _perform_all(self, steps: Steps) -> None:
+        """Drive one of the protocol's generators, performing each effect it yields."""
+        reply: object = None
+        while True:
+            try:
+                effect = steps.send(reply)
+            except StopIteration:
+                return
+            reply = await self._perform(effect)
+
+    async def _perform(self, effect: Effect) -> object:
+        match effect:
+            case Observe():
+                return await self._observe()
+            case Publish():
+                return await self._renew()
+            case StopSlots(slots, drain):
+                await self._stop_slots(set(slots), drain)
+                return None
+            case StartSlots(slots):
+                ordered = sorted(slots)
+                ok = await asyncio.gather(*(self._start_slot(slot) for slot in ordered))
+                return frozenset(s for s, good in zip(ordered, ok, strict=True) if not good)
+            case Handover(kind, slots, seconds):
+                self._handover(kind, slots, seconds)
+                return None
+        raise AssertionError(f"unknown effect {effect!r}")  # pragma: no cover
+
+    def _handover(self, kind: str, slots: frozenset[int], seconds: float) -> None:
         self.handovers += len(slots)
         self._m.handover(kind, len(slots), seconds)
         log.info(
@@ -444,14 +434,8 @@ class ShardRing:
             sorted(self.active),
         )
 
-    def _claimed_by_other(self, slot: int) -> bool:
-        now = self._clock()
-        return any(
-            slot in m.claims and now < m.changed_at + m.duration for m in self._others.values()
-        )
-
-    async def _start_slot(self, slot: int) -> None:
-        self.active.add(slot)
+    async def _start_slot(self, slot: int) -> bool:
+        """Start ``slot`` with every listener; on a failure stop it again and return False."""
         self._m.owned.set(len(self.active))
         for listener in self.listeners:
             try:
@@ -459,8 +443,8 @@ class ShardRing:
             except Exception:
                 log.exception("shard ring %s: starting slot %d failed", self.config.name, slot)
                 await self._stop_slots({slot}, 0)
-                self.claims.discard(slot)
-                return
+                return False
+        return True
 
     async def _stop_slots(self, slots: set[int], drain_timeout: float | None) -> None:
         if not slots:
@@ -473,7 +457,7 @@ class ShardRing:
                 log.exception("shard ring %s: stopping slot %d failed", self.config.name, slot)
 
         await asyncio.gather(*(stop(li, s) for li in self.listeners for s in slots))
-        self.active -= slots
+        self.active.difference_update(slots)
         self._m.owned.set(len(self.active))
 
     # -- the Leases -------------------------------------------------------------------------
@@ -500,7 +484,7 @@ class ShardRing:
         }
 
     async def _renew(self) -> bool:
-        """Write this member's Lease with the current claims. True on success, and then the
+        """Write this member's Lease with its current claims. True on success, and then the
         claims are published as of the moment the request was sent."""
         async with self._renew_lock:
             claims = frozenset(self.claims)
@@ -530,12 +514,12 @@ class ShardRing:
                 TASK_FAILURES.labels("shard-ring").inc()
                 log.exception("shard ring %s: renewing %s failed", self.config.name, self._path)
                 return False
-            self._last_renew = max(self._last_renew, sent)
-            self._published = claims
+            self.protocol.published_claims(claims, sent)
             return True
 
-    async def _observe(self) -> bool:
-        """List the ring's Leases (a consistent read) and update the live members."""
+    async def _observe(self) -> Observation | None:
+        """List the ring's Leases (a consistent read); None when that failed."""
+        sent = self._clock()
         try:
             async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
                 answer = await self.transport.get_json(
@@ -545,23 +529,21 @@ class ShardRing:
             log.warning(
                 "shard ring %s: listing members failed: %s", self.config.name, _describe(err)
             )
-            return False
+            return None
         except Exception:  # try again next period, but say so loudly
             TASK_FAILURES.labels("shard-ring").inc()
             log.exception("shard ring %s: listing members failed", self.config.name)
-            return False
-        now = self._clock()
-        seen: dict[str, _Member] = {}
-        me = self.config.identity
+            return None
+        received = self._clock()
+        leases = []
         for lease in answer.get("items") or ():
             meta = lease.get("metadata") or {}
             spec = lease.get("spec") or {}
             holder = str(spec.get("holderIdentity") or "")
-            if not holder or holder == me:
-                continue
             annotations = meta.get("annotations") or {}
             slots = annotations.get(SLOTS_ANNOTATION)
-            if slots and slots != str(self.config.slots):
+            mismatch = slots and slots != str(self.config.slots)
+            if mismatch and holder and holder != self.config.identity:
                 log.error(
                     "shard ring %s: member %s divides into %s slots, this replica into %d; "
                     "every replica of a ring must use the same number of slots",
@@ -570,24 +552,18 @@ class ShardRing:
                     slots,
                     self.config.slots,
                 )
-            rv = str(meta.get("resourceVersion") or "")
-            previous = self._others.get(holder)
-            changed_at = now
-            if previous is not None and previous.resource_version == rv:
-                changed_at = previous.changed_at
-            seen[holder] = _Member(
-                holder,
-                rv,
-                changed_at,
-                float(spec.get("leaseDurationSeconds") or self.config.lease_duration),
-                _parse_claims(annotations.get(CLAIMS_ANNOTATION)),
-                True,
+            leases.append(
+                LeaseRecord(
+                    holder,
+                    str(meta.get("resourceVersion") or ""),
+                    float(spec.get("leaseDurationSeconds") or self.config.lease_duration),
+                    _parse_claims(annotations.get(CLAIMS_ANNOTATION)),
+                )
             )
-        self._others = seen
-        live = sorted(m.identity for m in seen.values() if now < m.changed_at + m.duration)
-        members = sorted({*live, me})
-        if members != self.members:
-            log.info("shard ring %s: members %s", self.config.name, members)
-            self.members = members
-        self._m.members.set(len(members))
-        return True
+        observation = Observation(tuple(leases), sent, received)
+        before = list(self.protocol.members)
+        self.protocol.see(observation)
+        if self.protocol.members != before:
+            log.info("shard ring %s: members %s", self.config.name, self.protocol.members)
+        self._m.members.set(len(self.protocol.members))
+        return observation
