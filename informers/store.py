@@ -73,6 +73,9 @@ def _describe(obj: Mapping[str, Any]) -> str:
     return f"kind={obj.get('kind')!r} metadata={obj.get('metadata')!r}"[:200]
 
 
+_dumps = orjson.dumps
+
+
 def _encode(obj: Mapping[str, Any]) -> bytes:
     # orjson.dumps over-allocates its result (RSS per object ~4x the JSON size when kept);
     # copying through a memoryview yields an exact-size bytes object.
@@ -501,7 +504,10 @@ class Store:
             raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
         return Prepared(key, self._make_entry(obj, rv), obj, uid)
 
-    def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
+    # Flat on purpose (the reflector calls it per event): see the comment in the body.
+    def apply(  # noqa: PLR0912
+        self, event_type: EventType, obj: dict[str, Any]
+    ) -> StoreDelta | None:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
 
         ``ADDED``/``MODIFIED`` store ``obj`` unless the cached copy is at the same or a newer
@@ -509,20 +515,62 @@ class Store:
         with ``old`` set (see :func:`split_uid_change`). ``DELETED`` removes the key unless the
         cached copy is newer than the event's object (a delete at an equal resourceVersion is
         applied). The event's resourceVersion is observed either way. Raises ``ValueError`` for
-        an unknown event type or an object without ``metadata.name``; the store is unchanged
-        then (also when an index function raises).
+        an unknown event type, an object without ``metadata.name``, or a resourceVersion or UID
+        that is not a string; the store is unchanged then (also when an index function raises).
+        A stale or repeated ``ADDED``/``MODIFIED`` is neither encoded nor indexed.
         """
-        if event_type not in (ADDED, MODIFIED, DELETED):
-            raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
-        if event_type == DELETED:
+        # Flattened (prepare + apply_prepared without the intermediate objects): this is the
+        # reflector's per-event path. Everything that can raise runs before the first change.
+        meta: Any = obj.get("metadata")
+        name = meta.get("name") if meta else None
+        if not name or type(name) is not str:
+            raise ValueError(f"object has no metadata.name: {_describe(obj)}")
+        namespace = meta.get("namespace")
+        key = f"{namespace}/{name}" if namespace else name
+        rv = meta.get("resourceVersion") or ""
+        uid = meta.get("uid") or None
+        if type(rv) is not str or (uid is not None and type(uid) is not str):
+            raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
+        items = self._items
+        cur = items.get(key)
+        delta: StoreDelta | None = None
+        if event_type in (MODIFIED, ADDED):
+            if cur is None:
+                # A new key (every event of a sync): _put's first branch, inlined.
+                entry = self._make_entry(obj, rv)
+                items[key] = entry
+                if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
+                    self._items_peak = len(items)
+                if type(namespace) is str and namespace:
+                    bucket = self._ns_index.buckets.get(namespace)
+                    if type(bucket) is dict:
+                        bucket[key] = None
+                    else:
+                        self._ns_index.add(namespace, key)
+                if entry.ivals is not self._no_ivals:
+                    for index, values in zip(self._indexes, entry.ivals, strict=True):
+                        for v in values:
+                            index.add(v, key)
+                delta = StoreDelta(ADDED, obj, raw=entry.raw, key=key)
+            elif is_newer(rv, cur.rv):  # stale or repeated events are not encoded at all
+                delta = self._put(key, self._make_entry(obj, rv), obj, cur, uid)
+        elif event_type == DELETED:
             # A delete needs no encoding: nothing is stored.
-            key = object_key(obj)
-            rv = obj["metadata"].get("resourceVersion") or ""
-            delta = self._delete(key, rv, obj, None)
-            if rv:
+            if cur is not None and (rv == cur.rv or is_newer(rv, cur.rv)):
+                self._remove(key, cur)
+                delta = StoreDelta(DELETED, obj, cur.raw, raw=cur.raw, key=key)
+        else:
+            raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
+        if rv:
+            last_key = self._last_key
+            if last_key is not None and rv.isdigit() and rv.isascii() and rv[0] != "0":
+                # _observe for the common case (both comparable), without building the key
+                # of an older version.
+                if len(rv) > last_key[0] or (len(rv) == last_key[0] and rv > last_key[1]):
+                    self._observe(rv)
+            else:
                 self._observe(rv)
-            return delta
-        return self.apply_prepared(event_type, self.prepare(obj))
+        return delta
 
     def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
         """:meth:`apply` for an object already :meth:`prepare`-d."""
@@ -625,7 +673,7 @@ class Store:
             ivals = tuple([f(obj) for f in funcs])
             if not any(ivals):
                 ivals = self._no_ivals  # one shared instance: most objects file under nothing
-        return _Entry(_encode(obj), rv, ivals)
+        return _Entry(memoryview(_dumps(obj)).tobytes(), rv, ivals)  # _encode, inlined
 
     def _put(
         self,
