@@ -86,7 +86,10 @@ _NO_VALUES: tuple[str, ...] = ()
 
 
 class _Entry:
-    """What the store keeps per object."""
+    """What the store keeps per object that files under an index or whose resourceVersion
+    cannot be read back from its bytes. Every other object is kept as its bare ``bytes``
+    (see :meth:`Store._compact`): no entry object and no resourceVersion string, ~120 B less.
+    """
 
     # Deliberately small: a slot costs 8 B per object, a string field ~50-90 B. The UID is not
     # kept (uid_of decodes); the resourceVersion is, because every write compares it.
@@ -98,6 +101,29 @@ class _Entry:
         # Index values per non-namespace index, in Store._index_names order; kept so that an
         # update or delete can unfile the old values without decoding the old object.
         self.ivals = ivals
+
+
+_RV_FIELD: Final = b'"resourceVersion":"'
+
+
+def _rv_in(raw: bytes) -> str | None:
+    """The value of the first ``"resourceVersion":"..."`` in ``raw``, or ``None``."""
+    i = raw.find(_RV_FIELD)
+    if i < 0:
+        return None
+    i += len(_RV_FIELD)
+    j = raw.find(b'"', i)
+    return raw[i:j].decode() if j >= 0 else None
+
+
+def _raw_of(stored: bytes | _Entry) -> bytes:
+    return stored if type(stored) is bytes else stored.raw  # type: ignore[union-attr]
+
+
+def _rv_of(stored: bytes | _Entry) -> str:
+    if type(stored) is bytes:
+        return _rv_in(stored) or ""
+    return stored.rv  # type: ignore[union-attr]
 
 
 class StoreDelta:
@@ -366,7 +392,7 @@ class Store:
         self._label_pos: int | None = self._index_names.index(LABEL_INDEX) if label_index else None
         self._ns_index = _Index()
         self._no_ivals: tuple[tuple[str, ...], ...] = (_NO_VALUES,) * len(funcs)
-        self._items: dict[str, _Entry] = {}
+        self._items: dict[str, bytes | _Entry] = {}
         self._items_peak = 0  # the most keys held since the table was last right-sized
         self._last_rv: str | None = None
         self._last_key: tuple[int, str] | None = None  # sort_key(_last_rv), compared per event
@@ -391,18 +417,18 @@ class Store:
 
     def get(self, key: str) -> dict[str, Any] | None:
         """A fresh copy of the object at ``key``, or ``None``."""
-        entry = self._items.get(key)
-        return None if entry is None else orjson.loads(entry.raw)
+        stored = self._items.get(key)
+        return None if stored is None else orjson.loads(_raw_of(stored))
 
     def get_raw(self, key: str) -> bytes | None:
         """The stored JSON encoding of the object at ``key`` (immutable), or ``None``."""
-        entry = self._items.get(key)
-        return None if entry is None else entry.raw
+        stored = self._items.get(key)
+        return None if stored is None else _raw_of(stored)
 
     def resource_version_of(self, key: str) -> str | None:
         """The cached object's ``metadata.resourceVersion`` (no decoding), or ``None``."""
-        entry = self._items.get(key)
-        return None if entry is None else entry.rv
+        stored = self._items.get(key)
+        return None if stored is None else _rv_of(stored)
 
     def uid_of(self, key: str) -> str | None:
         """The cached object's ``metadata.uid``, or ``None``.
@@ -410,10 +436,10 @@ class Store:
         Decodes the object (a few microseconds for a typical one): keeping UIDs would cost
         ~90 B per cached object, and they are read far less often than objects are written.
         """
-        entry = self._items.get(key)
-        if entry is None:
+        stored = self._items.get(key)
+        if stored is None:
             return None
-        uid = orjson.loads(entry.raw).get("metadata", {}).get("uid")
+        uid = orjson.loads(_raw_of(stored)).get("metadata", {}).get("uid")
         return uid if isinstance(uid, str) else None
 
     def list(
@@ -424,9 +450,9 @@ class Store:
         keys: Iterable[str] = self._ns_index.keys(namespace) if namespace else self._items
         if selector is None or selector.empty:
             items = self._items
-            return [orjson.loads(items[k].raw) for k in keys]
+            return [orjson.loads(_raw_of(items[k])) for k in keys]
         if self._label_pos is None:
-            decoded = (orjson.loads(self._items[k].raw) for k in keys)
+            decoded = (orjson.loads(_raw_of(self._items[k])) for k in keys)
             return [o for o in decoded if selector.matches_object(o)]
         narrowed = self._label_candidates(selector)
         if narrowed is not None:
@@ -442,7 +468,7 @@ class Store:
         Raises ``KeyError`` for an unknown index name.
         """
         items = self._items
-        return [orjson.loads(items[k].raw) for k in self.index_keys(name, value)]
+        return [orjson.loads(_raw_of(items[k])) for k in self.index_keys(name, value)]
 
     def index_keys(self, name: str, value: str) -> builtins.list[str]:
         """Keys of the objects filed under ``value`` in index ``name``.
@@ -485,7 +511,7 @@ class Store:
         pos = self._label_pos
         items = self._items
         for k in keys:
-            entry = items[k]
+            entry = self._entry(items[k])
             # A label key cannot contain "=", so the first "=" splits key from value.
             labels = dict(kv.split("=", 1) for kv in entry.ivals[pos])
             if selector.matches(labels):
@@ -532,13 +558,14 @@ class Store:
         if type(rv) is not str or (uid is not None and type(uid) is not str):
             raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
         items = self._items
-        cur = items.get(key)
+        stored = items.get(key)
+        cur = None if stored is None else self._entry(stored)
         delta: StoreDelta | None = None
         if event_type in (MODIFIED, ADDED):
             if cur is None:
                 # A new key (every event of a sync): _put's first branch, inlined.
                 entry = self._make_entry(obj, rv)
-                items[key] = entry
+                items[key] = self._compact(entry)
                 if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
                     self._items_peak = len(items)
                 if type(namespace) is str and namespace:
@@ -576,7 +603,7 @@ class Store:
         """:meth:`apply` for an object already :meth:`prepare`-d."""
         key, entry = prepared.key, prepared.entry
         rv = entry.rv
-        cur = self._items.get(key)
+        cur = self._entry_at(key)
         delta: StoreDelta | None = None
         if event_type == DELETED:
             delta = self._delete(key, rv, prepared.obj, entry.raw)
@@ -592,7 +619,7 @@ class Store:
     def _delete(
         self, key: str, rv: str, obj: dict[str, Any] | None, raw: bytes | None
     ) -> StoreDelta | None:
-        cur = self._items.get(key)
+        cur = self._entry_at(key)
         if cur is None or not (rv == cur.rv or is_newer(rv, cur.rv)):
             return None
         self._remove(key, cur)
@@ -630,7 +657,7 @@ class Store:
             plan[key] = p
         deltas: builtins.list[StoreDelta] = []
         for key, p in plan.items():
-            cur = items.get(key)
+            cur = self._entry_at(key)
             if cur is None or is_newer(p.entry.rv, cur.rv):
                 delta = self._put(key, p.entry, p.obj, cur, p.uid)
                 if cur is not None and delta.type == ADDED:
@@ -638,9 +665,9 @@ class Store:
                 else:
                     deltas.append(delta)
         vanished = [
-            (k, e)
+            (k, self._entry(e))
             for k, e in items.items()
-            if k not in plan and compare_resource_versions(e.rv, resource_version) != 1
+            if k not in plan and compare_resource_versions(_rv_of(e), resource_version) != 1
         ]
         for k, e in vanished:
             self._remove(k, e)
@@ -662,6 +689,24 @@ class Store:
     def mark_synced(self) -> None:
         """Called by the reflector when the initial list is in the store. Idempotent."""
         self._synced = True
+
+    def _compact(self, entry: _Entry) -> bytes | _Entry:
+        """What to keep for ``entry``: its bare bytes when nothing is lost (no index values,
+        and the first ``"resourceVersion"`` in the bytes is the entry's, which :func:`_rv_in`
+        then reads back), else the entry itself."""
+        if entry.ivals is self._no_ivals and entry.rv and _rv_in(entry.raw) == entry.rv:
+            return entry.raw
+        return entry
+
+    def _entry(self, stored: bytes | _Entry) -> _Entry:
+        """The entry view of what is kept for a key (a temporary one for bare bytes)."""
+        if type(stored) is bytes:
+            return _Entry(stored, _rv_in(stored) or "", self._no_ivals)
+        return stored  # type: ignore[return-value]
+
+    def _entry_at(self, key: str) -> _Entry | None:
+        stored = self._items.get(key)
+        return None if stored is None else self._entry(stored)
 
     def _make_entry(self, obj: dict[str, Any], rv: str) -> _Entry:
         # No generator expression: on this path it costs more than the index functions.
@@ -686,7 +731,7 @@ class Store:
         """Store ``entry``; the delta is ``ADDED``, ``MODIFIED``, or ``ADDED`` with ``old`` when
         ``uid`` shows that another object took over the key."""
         items = self._items
-        items[key] = entry
+        items[key] = self._compact(entry)
         if cur is None:
             self._items_peak = max(self._items_peak, len(items))
             namespace, slash, _ = key.partition("/")
