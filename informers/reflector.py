@@ -477,9 +477,11 @@ class Reflector:
             if deltas:
                 await self.sink(deltas, False)
                 deltas = []
-            pending = await self._apply_effects(self._event(line))
-            if pending is not None:
-                return pending
+            effects = self._event(line)
+            if effects:  # a streaming list's events have none: no coroutine for them
+                pending = await self._apply_effects(effects)
+                if pending is not None:
+                    return pending
             fast = machine.takes_applied_events
         if count:
             machine.watch_events_applied(count, last_rv)
