@@ -343,7 +343,10 @@ class Store:
     (:func:`object_key`).
 
     **Indexes.** ``"namespace"`` (cluster-scoped objects are not filed under it) and
-    ``"owner_uid"`` (UIDs from ``metadata.ownerReferences``) are always on. ``"label"`` (values
+    ``"owner_uid"`` (UIDs from ``metadata.ownerReferences``) are always on. The namespace
+    index is built from the keys the first time it is read (a :meth:`list` by namespace, or
+    the index by name), O(objects) once, and kept up to date from then on: a store never
+    read by namespace does not pay its ~40-50 B per object. ``"label"`` (values
     ``"k=v"``) is on when ``label_index=True`` (default off: with three labels it adds ~240 B per
     object to ~960 B); it also lets :meth:`list` narrow and match by label without decoding.
     ``indexers``
@@ -390,7 +393,8 @@ class Store:
         self._index_funcs = tuple(funcs.values())
         self._indexes: tuple[_Index, ...] = tuple(_Index() for _ in funcs)
         self._label_pos: int | None = self._index_names.index(LABEL_INDEX) if label_index else None
-        self._ns_index = _Index()
+        # Built on first use (see the class docs), then kept up to date.
+        self._ns_lazy: _Index | None = None
         self._no_ivals: tuple[tuple[str, ...], ...] = (_NO_VALUES,) * len(funcs)
         self._items: dict[str, bytes | _Entry] = {}
         self._items_peak = 0  # the most keys held since the table was last right-sized
@@ -486,6 +490,18 @@ class Store:
         """Names of all indexes, built-in and custom."""
         return (NAMESPACE_INDEX, *self._index_names)
 
+    @property
+    def _ns_index(self) -> _Index:
+        """The namespace index, built from the keys on first use."""
+        index = self._ns_lazy
+        if index is None:
+            index = self._ns_lazy = _Index()
+            for key in self._items:
+                namespace, slash, _ = key.partition("/")
+                if slash:
+                    index.add(namespace, key)
+        return index
+
     def _index(self, name: str) -> _Index:
         if name == NAMESPACE_INDEX:
             return self._ns_index
@@ -568,12 +584,10 @@ class Store:
                 items[key] = self._compact(entry)
                 if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
                     self._items_peak = len(items)
-                if type(namespace) is str and namespace:
-                    bucket = self._ns_index.buckets.get(namespace)
-                    if type(bucket) is dict:
-                        bucket[key] = None
-                    else:
-                        self._ns_index.add(namespace, key)
+                if self._ns_lazy is not None:
+                    namespace, slash, _ = key.partition("/")
+                    if slash:
+                        self._ns_lazy.add(namespace, key)
                 if entry.ivals is not self._no_ivals:
                     for index, values in zip(self._indexes, entry.ivals, strict=True):
                         for v in values:
@@ -734,9 +748,10 @@ class Store:
         items[key] = self._compact(entry)
         if cur is None:
             self._items_peak = max(self._items_peak, len(items))
-            namespace, slash, _ = key.partition("/")
-            if slash:
-                self._ns_index.add(namespace, key)
+            if self._ns_lazy is not None:
+                namespace, slash, _ = key.partition("/")
+                if slash:
+                    self._ns_lazy.add(namespace, key)
             for index, values in zip(self._indexes, entry.ivals, strict=True):
                 for v in values:
                     index.add(v, key)
@@ -758,9 +773,10 @@ class Store:
         if shrunk(self._items, self._items_peak):
             self._items = dict(self._items)
             self._items_peak = len(self._items)
-        namespace, slash, _ = key.partition("/")
-        if slash:
-            self._ns_index.discard(namespace, key)
+        if self._ns_lazy is not None:
+            namespace, slash, _ = key.partition("/")
+            if slash:
+                self._ns_lazy.discard(namespace, key)
         for index, values in zip(self._indexes, entry.ivals, strict=True):
             for v in values:
                 index.discard(v, key)

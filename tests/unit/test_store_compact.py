@@ -78,3 +78,23 @@ def test_per_object_overhead_beyond_the_json_bytes() -> None:
     keys = store.keys()
     json_bytes = sum(len(store.get_raw(k) or b"") + 33 for k in keys)  # + the bytes header
     assert (traced - json_bytes) / len(lines) < 160
+
+
+def test_the_namespace_index_is_built_on_first_read_and_kept_up_to_date() -> None:
+    store = Store()
+    for i in range(6):
+        obj = thing(str(10 + i), name=f"o{i}")
+        obj["metadata"]["namespace"] = f"ns{i % 2}"
+        store.apply("ADDED", obj)
+    assert store._ns_lazy is None  # nobody asked: no index kept
+    assert [o["metadata"]["name"] for o in store.list(namespace="ns1")] == ["o1", "o3", "o5"]
+    added = thing("20", name="o6")
+    added["metadata"]["namespace"] = "ns1"
+    store.apply("ADDED", added)
+    gone = thing("21", name="o1")
+    gone["metadata"]["namespace"] = "ns1"
+    store.apply("DELETED", gone)
+    assert store.index_keys("namespace", "ns1") == ["ns1/o3", "ns1/o5", "ns1/o6"]
+    assert sorted(store.index_values("namespace")) == ["ns0", "ns1"]
+    store.replace([], "30")
+    assert store.index_values("namespace") == []
