@@ -708,8 +708,13 @@ class Store:
         """What to keep for ``entry``: its bare bytes when nothing is lost (no index values,
         and the first ``"resourceVersion"`` in the bytes is the entry's, which :func:`_rv_in`
         then reads back), else the entry itself."""
-        if entry.ivals is self._no_ivals and entry.rv and _rv_in(entry.raw) == entry.rv:
-            return entry.raw
+        rv = entry.rv
+        if entry.ivals is self._no_ivals and rv:
+            raw = entry.raw
+            at = raw.find(_RV_FIELD)
+            # _rv_in(raw) == rv without decoding: the value and its closing quote follow.
+            if at >= 0 and raw.startswith(rv.encode() + b'"', at + len(_RV_FIELD)):
+                return raw
         return entry
 
     def _entry(self, stored: bytes | _Entry) -> _Entry:
