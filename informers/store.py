@@ -73,9 +73,6 @@ def _describe(obj: Mapping[str, Any]) -> str:
     return f"kind={obj.get('kind')!r} metadata={obj.get('metadata')!r}"[:200]
 
 
-_dumps = orjson.dumps
-
-
 def _encode(obj: Mapping[str, Any]) -> bytes:
     # orjson.dumps over-allocates its result (RSS per object ~4x the JSON size when kept);
     # copying through a memoryview yields an exact-size bytes object.
@@ -737,7 +734,7 @@ class Store:
             ivals = tuple([f(obj) for f in funcs])
             if not any(ivals):
                 ivals = self._no_ivals  # one shared instance: most objects file under nothing
-        return _Entry(memoryview(_dumps(obj)).tobytes(), rv, ivals)  # _encode, inlined
+        return _Entry(_encode(obj), rv, ivals)
 
     def _put(
         self,
