@@ -770,6 +770,36 @@ class ReflectorMachine:
             return self._stream_event(now, event_type, obj)
         return self._plain_event(event_type, obj)
 
+    @property
+    def takes_applied_events(self) -> bool:
+        """Whether the driver may apply plain watch events itself and report them in bulk
+        with :meth:`watch_events_applied` instead of feeding each to :meth:`watch_event`.
+
+        True only while WATCHING on an open watch whose 200 was reported: then an ``ADDED``,
+        ``MODIFIED`` or ``DELETED`` event with a resourceVersion has exactly one outcome
+        (:class:`ApplyEvent` and the last synced RV moves to the event's), so the driver can
+        skip building effects for it. Nothing else changes this property but an input that is
+        not :meth:`watch_events_applied`.
+        """
+        return self._state is State.WATCHING and self._watch_open and self._watch_established
+
+    def watch_events_applied(self, count: int, last_rv: str) -> None:
+        """``count`` plain events (``ADDED``/``MODIFIED``/``DELETED``) were applied by the driver
+        while :attr:`takes_applied_events` was true: the same as feeding each to
+        :meth:`watch_event` and carrying out its :class:`ApplyEvent`. ``last_rv`` is the
+        resourceVersion of the last of them that had one, or ``""`` if none had (the last
+        synced RV then stays where it was; the driver logs such events itself).
+
+        Raises :class:`ReflectorProtocolError` when :attr:`takes_applied_events` is false.
+        """
+        if not self.takes_applied_events:
+            raise ReflectorProtocolError(
+                f"watch_events_applied() without an established watch (state {self._state.value})"
+            )
+        self._watch_events += count
+        if last_rv:
+            self._last_sync_rv = last_rv
+
     def watch_event_malformed(self, now: float, problem: str) -> list[Effect]:
         """A complete line of the watch body is not a usable event: not JSON, not a JSON
         object, no ``type`` or ``object``, a ``type`` that is not a string, or an object the

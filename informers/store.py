@@ -83,7 +83,10 @@ _NO_VALUES: tuple[str, ...] = ()
 
 
 class _Entry:
-    """What the store keeps per object."""
+    """What the store keeps per object that files under an index or whose resourceVersion
+    cannot be read back from its bytes. Every other object is kept as its bare ``bytes``
+    (see :meth:`Store._compact`): no entry object and no resourceVersion string, ~120 B less.
+    """
 
     # Deliberately small: a slot costs 8 B per object, a string field ~50-90 B. The UID is not
     # kept (uid_of decodes); the resourceVersion is, because every write compares it.
@@ -95,6 +98,29 @@ class _Entry:
         # Index values per non-namespace index, in Store._index_names order; kept so that an
         # update or delete can unfile the old values without decoding the old object.
         self.ivals = ivals
+
+
+_RV_FIELD: Final = b'"resourceVersion":"'
+
+
+def _rv_in(raw: bytes) -> str | None:
+    """The value of the first ``"resourceVersion":"..."`` in ``raw``, or ``None``."""
+    i = raw.find(_RV_FIELD)
+    if i < 0:
+        return None
+    i += len(_RV_FIELD)
+    j = raw.find(b'"', i)
+    return raw[i:j].decode() if j >= 0 else None
+
+
+def _raw_of(stored: bytes | _Entry) -> bytes:
+    return stored if type(stored) is bytes else stored.raw  # type: ignore[union-attr]
+
+
+def _rv_of(stored: bytes | _Entry) -> str:
+    if type(stored) is bytes:
+        return _rv_in(stored) or ""
+    return stored.rv  # type: ignore[union-attr]
 
 
 class StoreDelta:
@@ -314,7 +340,10 @@ class Store:
     (:func:`object_key`).
 
     **Indexes.** ``"namespace"`` (cluster-scoped objects are not filed under it) and
-    ``"owner_uid"`` (UIDs from ``metadata.ownerReferences``) are always on. ``"label"`` (values
+    ``"owner_uid"`` (UIDs from ``metadata.ownerReferences``) are always on. The namespace
+    index is built from the keys the first time it is read (a :meth:`list` by namespace, or
+    the index by name), O(objects) once, and kept up to date from then on: a store never
+    read by namespace does not pay its ~40-50 B per object. ``"label"`` (values
     ``"k=v"``) is on when ``label_index=True`` (default off: with three labels it adds ~240 B per
     object to ~960 B); it also lets :meth:`list` narrow and match by label without decoding.
     ``indexers``
@@ -361,9 +390,10 @@ class Store:
         self._index_funcs = tuple(funcs.values())
         self._indexes: tuple[_Index, ...] = tuple(_Index() for _ in funcs)
         self._label_pos: int | None = self._index_names.index(LABEL_INDEX) if label_index else None
-        self._ns_index = _Index()
+        # Built on first use (see the class docs), then kept up to date.
+        self._ns_lazy: _Index | None = None
         self._no_ivals: tuple[tuple[str, ...], ...] = (_NO_VALUES,) * len(funcs)
-        self._items: dict[str, _Entry] = {}
+        self._items: dict[str, bytes | _Entry] = {}
         self._items_peak = 0  # the most keys held since the table was last right-sized
         self._last_rv: str | None = None
         self._last_key: tuple[int, str] | None = None  # sort_key(_last_rv), compared per event
@@ -388,18 +418,18 @@ class Store:
 
     def get(self, key: str) -> dict[str, Any] | None:
         """A fresh copy of the object at ``key``, or ``None``."""
-        entry = self._items.get(key)
-        return None if entry is None else orjson.loads(entry.raw)
+        stored = self._items.get(key)
+        return None if stored is None else orjson.loads(_raw_of(stored))
 
     def get_raw(self, key: str) -> bytes | None:
         """The stored JSON encoding of the object at ``key`` (immutable), or ``None``."""
-        entry = self._items.get(key)
-        return None if entry is None else entry.raw
+        stored = self._items.get(key)
+        return None if stored is None else _raw_of(stored)
 
     def resource_version_of(self, key: str) -> str | None:
         """The cached object's ``metadata.resourceVersion`` (no decoding), or ``None``."""
-        entry = self._items.get(key)
-        return None if entry is None else entry.rv
+        stored = self._items.get(key)
+        return None if stored is None else _rv_of(stored)
 
     def uid_of(self, key: str) -> str | None:
         """The cached object's ``metadata.uid``, or ``None``.
@@ -407,10 +437,10 @@ class Store:
         Decodes the object (a few microseconds for a typical one): keeping UIDs would cost
         ~90 B per cached object, and they are read far less often than objects are written.
         """
-        entry = self._items.get(key)
-        if entry is None:
+        stored = self._items.get(key)
+        if stored is None:
             return None
-        uid = orjson.loads(entry.raw).get("metadata", {}).get("uid")
+        uid = orjson.loads(_raw_of(stored)).get("metadata", {}).get("uid")
         return uid if isinstance(uid, str) else None
 
     def list(
@@ -421,9 +451,9 @@ class Store:
         keys: Iterable[str] = self._ns_index.keys(namespace) if namespace else self._items
         if selector is None or selector.empty:
             items = self._items
-            return [orjson.loads(items[k].raw) for k in keys]
+            return [orjson.loads(_raw_of(items[k])) for k in keys]
         if self._label_pos is None:
-            decoded = (orjson.loads(self._items[k].raw) for k in keys)
+            decoded = (orjson.loads(_raw_of(self._items[k])) for k in keys)
             return [o for o in decoded if selector.matches_object(o)]
         narrowed = self._label_candidates(selector)
         if narrowed is not None:
@@ -439,7 +469,7 @@ class Store:
         Raises ``KeyError`` for an unknown index name.
         """
         items = self._items
-        return [orjson.loads(items[k].raw) for k in self.index_keys(name, value)]
+        return [orjson.loads(_raw_of(items[k])) for k in self.index_keys(name, value)]
 
     def index_keys(self, name: str, value: str) -> builtins.list[str]:
         """Keys of the objects filed under ``value`` in index ``name``.
@@ -456,6 +486,18 @@ class Store:
     def index_names(self) -> tuple[str, ...]:
         """Names of all indexes, built-in and custom."""
         return (NAMESPACE_INDEX, *self._index_names)
+
+    @property
+    def _ns_index(self) -> _Index:
+        """The namespace index, built from the keys on first use."""
+        index = self._ns_lazy
+        if index is None:
+            index = self._ns_lazy = _Index()
+            for key in self._items:
+                namespace, slash, _ = key.partition("/")
+                if slash:
+                    index.add(namespace, key)
+        return index
 
     def _index(self, name: str) -> _Index:
         if name == NAMESPACE_INDEX:
@@ -482,7 +524,7 @@ class Store:
         pos = self._label_pos
         items = self._items
         for k in keys:
-            entry = items[k]
+            entry = self._entry(items[k])
             # A label key cannot contain "=", so the first "=" splits key from value.
             labels = dict(kv.split("=", 1) for kv in entry.ivals[pos])
             if selector.matches(labels):
@@ -501,7 +543,10 @@ class Store:
             raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
         return Prepared(key, self._make_entry(obj, rv), obj, uid)
 
-    def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
+    # Flat on purpose (the reflector calls it per event): see the comment in the body.
+    def apply(  # noqa: PLR0912
+        self, event_type: EventType, obj: dict[str, Any]
+    ) -> StoreDelta | None:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
 
         ``ADDED``/``MODIFIED`` store ``obj`` unless the cached copy is at the same or a newer
@@ -509,26 +554,67 @@ class Store:
         with ``old`` set (see :func:`split_uid_change`). ``DELETED`` removes the key unless the
         cached copy is newer than the event's object (a delete at an equal resourceVersion is
         applied). The event's resourceVersion is observed either way. Raises ``ValueError`` for
-        an unknown event type or an object without ``metadata.name``; the store is unchanged
-        then (also when an index function raises).
+        an unknown event type, an object without ``metadata.name``, or a resourceVersion or UID
+        that is not a string; the store is unchanged then (also when an index function raises).
+        A stale or repeated ``ADDED``/``MODIFIED`` is neither encoded nor indexed.
         """
-        if event_type not in (ADDED, MODIFIED, DELETED):
-            raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
-        if event_type == DELETED:
+        # Flattened (prepare + apply_prepared without the intermediate objects): this is the
+        # reflector's per-event path. Everything that can raise runs before the first change.
+        meta: Any = obj.get("metadata")
+        name = meta.get("name") if meta else None
+        if not name or type(name) is not str:
+            raise ValueError(f"object has no metadata.name: {_describe(obj)}")
+        namespace = meta.get("namespace")
+        key = f"{namespace}/{name}" if namespace else name
+        rv = meta.get("resourceVersion") or ""
+        uid = meta.get("uid") or None
+        if type(rv) is not str or (uid is not None and type(uid) is not str):
+            raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
+        items = self._items
+        stored = items.get(key)
+        cur = None if stored is None else self._entry(stored)
+        delta: StoreDelta | None = None
+        if event_type in (MODIFIED, ADDED):
+            if cur is None:
+                # A new key (every event of a sync): _put's first branch, inlined.
+                entry = self._make_entry(obj, rv)
+                items[key] = self._compact(entry)
+                if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
+                    self._items_peak = len(items)
+                if self._ns_lazy is not None:
+                    namespace, slash, _ = key.partition("/")
+                    if slash:
+                        self._ns_lazy.add(namespace, key)
+                if entry.ivals is not self._no_ivals:
+                    for index, values in zip(self._indexes, entry.ivals, strict=True):
+                        for v in values:
+                            index.add(v, key)
+                delta = StoreDelta(ADDED, obj, raw=entry.raw, key=key)
+            elif is_newer(rv, cur.rv):  # stale or repeated events are not encoded at all
+                delta = self._put(key, self._make_entry(obj, rv), obj, cur, uid)
+        elif event_type == DELETED:
             # A delete needs no encoding: nothing is stored.
-            key = object_key(obj)
-            rv = obj["metadata"].get("resourceVersion") or ""
-            delta = self._delete(key, rv, obj, None)
-            if rv:
+            if cur is not None and (rv == cur.rv or is_newer(rv, cur.rv)):
+                self._remove(key, cur)
+                delta = StoreDelta(DELETED, obj, cur.raw, raw=cur.raw, key=key)
+        else:
+            raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
+        if rv:
+            last_key = self._last_key
+            if last_key is not None and rv.isdigit() and rv.isascii() and rv[0] != "0":
+                # _observe for the common case (both comparable), without building the key
+                # of an older version.
+                if len(rv) > last_key[0] or (len(rv) == last_key[0] and rv > last_key[1]):
+                    self._observe(rv)
+            else:
                 self._observe(rv)
-            return delta
-        return self.apply_prepared(event_type, self.prepare(obj))
+        return delta
 
     def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
         """:meth:`apply` for an object already :meth:`prepare`-d."""
         key, entry = prepared.key, prepared.entry
         rv = entry.rv
-        cur = self._items.get(key)
+        cur = self._entry_at(key)
         delta: StoreDelta | None = None
         if event_type == DELETED:
             delta = self._delete(key, rv, prepared.obj, entry.raw)
@@ -544,7 +630,7 @@ class Store:
     def _delete(
         self, key: str, rv: str, obj: dict[str, Any] | None, raw: bytes | None
     ) -> StoreDelta | None:
-        cur = self._items.get(key)
+        cur = self._entry_at(key)
         if cur is None or not (rv == cur.rv or is_newer(rv, cur.rv)):
             return None
         self._remove(key, cur)
@@ -582,7 +668,7 @@ class Store:
             plan[key] = p
         deltas: builtins.list[StoreDelta] = []
         for key, p in plan.items():
-            cur = items.get(key)
+            cur = self._entry_at(key)
             if cur is None or is_newer(p.entry.rv, cur.rv):
                 delta = self._put(key, p.entry, p.obj, cur, p.uid)
                 if cur is not None and delta.type == ADDED:
@@ -590,9 +676,9 @@ class Store:
                 else:
                     deltas.append(delta)
         vanished = [
-            (k, e)
+            (k, self._entry(e))
             for k, e in items.items()
-            if k not in plan and compare_resource_versions(e.rv, resource_version) != 1
+            if k not in plan and compare_resource_versions(_rv_of(e), resource_version) != 1
         ]
         for k, e in vanished:
             self._remove(k, e)
@@ -614,6 +700,29 @@ class Store:
     def mark_synced(self) -> None:
         """Called by the reflector when the initial list is in the store. Idempotent."""
         self._synced = True
+
+    def _compact(self, entry: _Entry) -> bytes | _Entry:
+        """What to keep for ``entry``: its bare bytes when nothing is lost (no index values,
+        and the first ``"resourceVersion"`` in the bytes is the entry's, which :func:`_rv_in`
+        then reads back), else the entry itself."""
+        rv = entry.rv
+        if entry.ivals is self._no_ivals and rv:
+            raw = entry.raw
+            at = raw.find(_RV_FIELD)
+            # _rv_in(raw) == rv without decoding: the value and its closing quote follow.
+            if at >= 0 and raw.startswith(rv.encode() + b'"', at + len(_RV_FIELD)):
+                return raw
+        return entry
+
+    def _entry(self, stored: bytes | _Entry) -> _Entry:
+        """The entry view of what is kept for a key (a temporary one for bare bytes)."""
+        if type(stored) is bytes:
+            return _Entry(stored, _rv_in(stored) or "", self._no_ivals)
+        return stored  # type: ignore[return-value]
+
+    def _entry_at(self, key: str) -> _Entry | None:
+        stored = self._items.get(key)
+        return None if stored is None else self._entry(stored)
 
     def _make_entry(self, obj: dict[str, Any], rv: str) -> _Entry:
         # No generator expression: on this path it costs more than the index functions.
@@ -638,12 +747,13 @@ class Store:
         """Store ``entry``; the delta is ``ADDED``, ``MODIFIED``, or ``ADDED`` with ``old`` when
         ``uid`` shows that another object took over the key."""
         items = self._items
-        items[key] = entry
+        items[key] = self._compact(entry)
         if cur is None:
             self._items_peak = max(self._items_peak, len(items))
-            namespace, slash, _ = key.partition("/")
-            if slash:
-                self._ns_index.add(namespace, key)
+            if self._ns_lazy is not None:
+                namespace, slash, _ = key.partition("/")
+                if slash:
+                    self._ns_lazy.add(namespace, key)
             for index, values in zip(self._indexes, entry.ivals, strict=True):
                 for v in values:
                     index.add(v, key)
@@ -665,9 +775,10 @@ class Store:
         if shrunk(self._items, self._items_peak):
             self._items = dict(self._items)
             self._items_peak = len(self._items)
-        namespace, slash, _ = key.partition("/")
-        if slash:
-            self._ns_index.discard(namespace, key)
+        if self._ns_lazy is not None:
+            namespace, slash, _ = key.partition("/")
+            if slash:
+                self._ns_lazy.discard(namespace, key)
         for index, values in zip(self._indexes, entry.ivals, strict=True):
             for v in values:
                 index.discard(v, key)
