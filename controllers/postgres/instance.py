@@ -91,6 +91,7 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
+from controllers.postgres.pods import image_problem
 from controllers.postgres.policy import (
     Verdict,
     Version,
@@ -98,7 +99,6 @@ from controllers.postgres.policy import (
     parse_version,
     server_version,
 )
-from controllers.postgres.pods import image_problem
 from controllers.postgres.scram import generate_password
 
 log = logging.getLogger(__name__)
@@ -410,15 +410,9 @@ class InstanceReconciler:
         status["readyReplicas"] = progress.ready_replicas
         if progress.ready:
             status["version"] = str(verdict.version)
-        wait_for_pods = False
-        if not progress.ready:
-            pulling = await self._image_problem(instance)
-            wait_for_pods = True
-            if pulling is not None:
-                progress = progress.image_failed(pulling)
-                problems.append(Condition("Degraded", True, IMAGE_PULL_FAILED, pulling))
-                if _condition_message(instance, "Ready") != pulling:
-                    self.recorder.record(instance, "Warning", IMAGE_PULL_FAILED, pulling, "Pull")
+        wait_for_pods = not progress.ready
+        if wait_for_pods:
+            progress = await self._check_images(instance, progress, problems)
         wait_for_backup = False
         if spec.get("restore") and progress.ready:
             restored, restore_message = await self._restore(instance, status, verdict)
@@ -437,9 +431,12 @@ class InstanceReconciler:
             return Result(requeue_after=self.backup_poll)
         return Result(requeue_after=self.pod_poll) if wait_for_pods else None
 
-    async def _image_problem(self, instance: Obj) -> str | None:
-        """Which of the instance's Pods cannot pull its image (:func:`image_problem`); read
-        live, only while the instance is not Ready."""
+    async def _check_images(
+        self, instance: Obj, progress: RolloutProgress, problems: list[Condition]
+    ) -> RolloutProgress:
+        """While not Ready: a Pod that cannot pull its image (:func:`image_problem`, Pods
+        read live) makes the rollout ``ImagePullFailed``, adds a ``Degraded`` problem and
+        records a Warning Event when the message is new."""
         meta = instance["metadata"]
         pods = await self.client.live.list(
             "v1",
@@ -447,7 +444,13 @@ class InstanceReconciler:
             namespace=meta["namespace"],
             label_selector=f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=database",
         )
-        return image_problem(pods)
+        pulling = image_problem(pods)
+        if pulling is None:
+            return progress
+        problems.append(Condition("Degraded", True, IMAGE_PULL_FAILED, pulling))
+        if _condition_message(instance, "Ready") != pulling:
+            self.recorder.record(instance, "Warning", IMAGE_PULL_FAILED, pulling, "Pull")
+        return progress.image_failed(pulling)
 
     async def _observe_statefulset(self, instance: Obj) -> Obj | None:
         meta = instance["metadata"]
