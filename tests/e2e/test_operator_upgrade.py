@@ -135,6 +135,12 @@ def test_rolling_upgrade_hands_the_lease_over_with_no_two_leaders(
         + "\n"
         + _describe(cluster)
     )
+    print(
+        "\nupgrade leaders: "
+        + ", ".join(
+            f"{x.pod} {x.acquired.time()}-{x.released and x.released.time()}" for x in leaders
+        )
+    )
     new = set(_pod_images(cluster))
     assert old <= logs.keys(), context
     assert leaders and leaders[0].pod in old, context
