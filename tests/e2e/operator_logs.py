@@ -8,6 +8,7 @@ in which a Pod could reconcile."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import threading
@@ -118,3 +119,19 @@ def leadership(pod: str, path: Path) -> Leadership | None:
         last_line=lines[-1][0],
         signalled=next((t for t, m in lines if SIGNALLED in m), None),
     )
+
+
+def overlap(leaders: list[Leadership]) -> str | None:
+    """Why two of ``leaders`` could have reconciled at once, or ``None``: ordered by when
+    they became leader, each must become leader no earlier than the previous one logged
+    that it released the Lease (a leader replaced without that line counts as overlap)."""
+    ordered = sorted(leaders, key=lambda found: found.acquired)
+    for before, after in itertools.pairwise(ordered):
+        if before.released is None:
+            return f"pod {before.pod} never logged the release before pod {after.pod} led"
+        if after.acquired < before.released:
+            return (
+                f"pod {after.pod} became leader at {after.acquired} before pod {before.pod} "
+                f"released the lease at {before.released}"
+            )
+    return None
