@@ -8,6 +8,10 @@ conditions ``Ready``, ``Progressing``, ``Degraded`` and ``VersionAccepted``; wri
 it changes.
 
 - In-cluster: Ready once the StatefulSet has rolled out and reports every replica ready.
+  While it is not, the instance's Pods are read live every ``pod_poll`` seconds (default 15);
+  a Pod whose image cannot be pulled makes ``Ready=False`` and ``Degraded=True`` with reason
+  ``ImagePullFailed`` (the Pod, the image and the kubelet's message) and a Warning Event of
+  that reason, once per new message.
 - External: Ready when the operator can log in as the administrator; rechecked every
   ``recheck_after`` seconds (default 300).
 
@@ -87,6 +91,7 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
+from controllers.postgres.pods import image_problem
 from controllers.postgres.policy import (
     Verdict,
     Version,
@@ -97,6 +102,9 @@ from controllers.postgres.policy import (
 from controllers.postgres.scram import generate_password
 
 log = logging.getLogger(__name__)
+
+IMAGE_PULL_FAILED = "ImagePullFailed"
+"""The reason of ``Ready=False`` and ``Degraded=True`` while a Pod's image cannot be pulled."""
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "postgres-instance"
@@ -113,6 +121,10 @@ class RolloutProgress:
     ready_replicas: int
     message: str
     ready_reason: str
+
+    def image_failed(self, message: str) -> RolloutProgress:
+        """The same rollout, not Ready because a Pod's image cannot be pulled."""
+        return replace(self, ready=False, ready_reason=IMAGE_PULL_FAILED, message=message)
 
     def restoring(self, message: str) -> RolloutProgress:
         """The same rollout, not Ready because ``spec.restore`` has not finished."""
@@ -226,6 +238,9 @@ class InstanceReconciler:
         self.recorder = recorder
         self.recheck_after = recheck_after
         self.backup_poll = 30.0
+        self.pod_poll = 15.0
+        """While not Ready, the Pods are read again after this many seconds (they are not
+        watched: a Pod stuck pulling its image does not change the StatefulSet)."""
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
@@ -395,6 +410,9 @@ class InstanceReconciler:
         status["readyReplicas"] = progress.ready_replicas
         if progress.ready:
             status["version"] = str(verdict.version)
+        wait_for_pods = not progress.ready
+        if wait_for_pods:
+            progress = await self._check_images(instance, progress, problems)
         wait_for_backup = False
         if spec.get("restore") and progress.ready:
             restored, restore_message = await self._restore(instance, status, verdict)
@@ -409,7 +427,30 @@ class InstanceReconciler:
             status, generation, accepted, *progress.conditions(), degraded_condition(problems)
         )
         await write_status(self.client, instance, status)
-        return Result(requeue_after=self.backup_poll) if wait_for_backup else None
+        if wait_for_backup:
+            return Result(requeue_after=self.backup_poll)
+        return Result(requeue_after=self.pod_poll) if wait_for_pods else None
+
+    async def _check_images(
+        self, instance: Obj, progress: RolloutProgress, problems: list[Condition]
+    ) -> RolloutProgress:
+        """While not Ready: a Pod that cannot pull its image (:func:`image_problem`, Pods
+        read live) makes the rollout ``ImagePullFailed``, adds a ``Degraded`` problem and
+        records a Warning Event when the message is new."""
+        meta = instance["metadata"]
+        pods = await self.client.live.list(
+            "v1",
+            "Pod",
+            namespace=meta["namespace"],
+            label_selector=f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=database",
+        )
+        pulling = image_problem(pods)
+        if pulling is None:
+            return progress
+        problems.append(Condition("Degraded", True, IMAGE_PULL_FAILED, pulling))
+        if _condition_message(instance, "Ready") != pulling:
+            self.recorder.record(instance, "Warning", IMAGE_PULL_FAILED, pulling, "Pull")
+        return progress.image_failed(pulling)
 
     async def _observe_statefulset(self, instance: Obj) -> Obj | None:
         meta = instance["metadata"]
@@ -529,6 +570,13 @@ class InstanceReconciler:
         log = reconcile_logger(__name__)
         log.info("version refused: %s", verdict.message)
         self.recorder.record(instance, "Warning", verdict.reason, verdict.message, "ChooseVersion")
+
+
+def _condition_message(instance: Obj, kind: str) -> str | None:
+    for condition in (instance.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return str(condition.get("message", ""))
+    return None
 
 
 def _major(text: str) -> int | None:

@@ -280,6 +280,31 @@ class LocalCluster:
         if result.returncode != 0:
             raise NodeError(f"importing image {archive.name} failed: {result.stderr.strip()}")
 
+    def tag_image(self, source: str, target: str) -> None:
+        """Give an image already in containerd's ``k8s.io`` namespace another name (full
+        references, e.g. ``docker.io/library/x:1``), as ``ctr images tag`` does: a new tag
+        without a rebuild or a registry."""
+        assert self._binaries is not None
+        socket = self.workdir / "containerd" / "containerd.sock"
+        result = subprocess.run(
+            [
+                str(self._binaries["ctr"]),
+                f"--address={socket}",
+                "-n",
+                "k8s.io",
+                "images",
+                "tag",
+                "--force",
+                source,
+                target,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise NodeError(f"tagging image {source} as {target} failed: {result.stderr.strip()}")
+
     def _node_ready(self) -> bool:
         out = self.plane.kubectl(
             "get",

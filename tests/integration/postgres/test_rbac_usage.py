@@ -138,6 +138,8 @@ POSTGRES_RULES: list[Obj] = [
     # Secrets are never cached: read live; superuser and binding Secrets are created, binding
     # Secrets updated and deleted.
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
+    # An instance that is not Ready lists its Pods live (an image that cannot be pulled).
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     # deletionPolicy: Delete.
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "delete"]},
     # The event recorder: create, and patch a series.
