@@ -143,19 +143,23 @@ class RolloutProgress:
 
 
 def rollout_progress(sts: Obj, replicas: int) -> RolloutProgress:
-    """The rollout of ``sts`` towards ``replicas`` ready pods."""
+    """The rollout of ``sts`` towards ``replicas`` ready pods. Rolled out means: the
+    controller saw the latest spec, every pod runs the latest revision, and no pod beyond
+    ``replicas`` is left (a scale-down is done only when the surplus pods are gone)."""
     status = sts.get("status") or {}
     observed = int(status.get("observedGeneration", 0)) >= int(sts["metadata"].get("generation", 1))
+    pods = int(status.get("replicas", 0))
     ready = int(status.get("readyReplicas", 0))
     updated = int(status.get("updatedReplicas", 0))
     revisions_match = status.get("currentRevision") == status.get("updateRevision")
-    rolled = observed and updated >= replicas and revisions_match
+    rolled = observed and updated >= replicas and revisions_match and pods == replicas
     all_ready = rolled and ready >= replicas
+    surplus = f", {pods - replicas} more to remove" if pods > replicas else ""
     return RolloutProgress(
         ready=all_ready,
         rolled=rolled,
         ready_replicas=ready,
-        message=f"{ready}/{replicas} replicas ready, {updated} updated",
+        message=f"{ready}/{replicas} replicas ready, {updated} updated{surplus}",
         ready_reason="AllReplicasReady" if all_ready else "NotReady",
     )
 

@@ -134,8 +134,10 @@ def postgresql_conf(spec: Mapping[str, Any]) -> str:
         "hot_standby = on",
     ]
     if mode == "sync" and replicas > 1:
-        # Commit waits for any one standby: survives the loss of one pod without blocking.
-        lines.append("synchronous_standby_names = 'ANY 1 (*)'")
+        # A commit waits for exactly one standby, the synchronous one (pg_stat_replication's
+        # sync_state 'sync'); the others are 'potential' and one of them takes over at once
+        # when it goes, so the loss of one pod does not block commits.
+        lines.append("synchronous_standby_names = 'FIRST 1 (*)'")
     if (spec.get("tls") or {}).get("secretName"):
         lines += [
             "ssl = on",
@@ -165,16 +167,24 @@ def pg_hba_conf(spec: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+STANDBY_CONNECT_TIMEOUT = 5
+"""Seconds a standby waits for one connection attempt to the primary. When pod 0 restarts it
+comes back on a new address; an attempt still aimed at the old one would otherwise hang for
+tens of seconds before the standby resolves the name again."""
+
 ENTRYPOINT = f"""#!/bin/bash
 # Pod 0 is the primary. Any other pod clones it once, then starts as a streaming standby.
+# -R writes the connection (with connect_timeout, and the pod's name as application_name,
+# which pg_stat_replication shows) into the standby's primary_conninfo.
 set -euo pipefail
 ordinal="${{HOSTNAME##*-}}"
 export PGDATA={PGDATA}
 if [ "$ordinal" != "0" ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   until pg_isready -q -h "$PRIMARY_HOST" -p {PORT}; do sleep 2; done
   rm -rf "$PGDATA"
-  PGPASSWORD="$REPLICATION_PASSWORD" pg_basebackup -h "$PRIMARY_HOST" -p {PORT} \\
-    -U {REPLICATION_USER} -D "$PGDATA" -X stream -R
+  PGPASSWORD="$REPLICATION_PASSWORD" pg_basebackup -D "$PGDATA" -X stream -R \\
+    -d "host=$PRIMARY_HOST port={PORT} user={REPLICATION_USER} \\
+connect_timeout={STANDBY_CONNECT_TIMEOUT} application_name=$HOSTNAME"
   chmod 0700 "$PGDATA"
 fi
 exec docker-entrypoint.sh postgres -c config_file={CONFIG_DIR}/postgresql.conf \\

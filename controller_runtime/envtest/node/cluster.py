@@ -97,7 +97,7 @@ class LocalCluster:
     """The control plane plus one node. Use as a context manager, or :meth:`start` /
     :meth:`stop`. ``images`` are OCI archives imported at start. Default start timeout 180 s
     (binaries and images are built first when missing, which is not counted). Storage:
-    ``volumes`` (12) hostPath PersistentVolumes of ``volume_size`` (20Gi, not enforced) in
+    ``volumes`` (32) hostPath PersistentVolumes of ``volume_size`` (20Gi, not enforced) in
     the work directory, behind the default StorageClass ``local``."""
 
     images: Sequence[Path] = ()
@@ -105,7 +105,7 @@ class LocalCluster:
     start_timeout: float = 180.0
     progress: Progress = _stderr
     addresses: configs.Addresses = field(default_factory=configs.Addresses)
-    volumes: int = 12
+    volumes: int = 32
     volume_size: str = "20Gi"
 
     plane: ControlPlane = field(init=False)

@@ -3,8 +3,11 @@
 Each image is one layer: a root filesystem made by ``mmdebstrap --variant=minbase bookworm``
 (plus packages and files), packed with its config into an OCI image archive that
 ``ctr -n k8s.io images import`` loads. Archives are cached in ``<cache>/images/`` under a
-hash of their inputs (package list, files, the project's sources for the operator): an image
-is rebuilt only when an input changes. Builds run under a file lock per image.
+hash of their inputs' contents (package list, files, the project's sources for the operator;
+never a path of the checkout, a file mode or a time): an image is rebuilt only when an input
+changes, and every checkout of the same sources shares its archive. An archive of an image
+whose inputs changed is removed once unused for a day. Builds run under a file lock per
+image.
 
 The images (names as the kubelet sees them):
 
@@ -69,14 +72,21 @@ class ImageSpec:
     customize_hooks: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
     """Extra input texts (file contents, source hashes) the image depends on."""
+    uploads: tuple[tuple[str, str], ...] = ()
+    """Files of :data:`IMAGE_FILES` (name, destination in the image) copied in after the
+    packages. Their contents are part of the fingerprint, never their location or mode, so
+    every checkout of the same sources shares one cached archive."""
     directories: tuple[tuple[str, int, int], ...] = ()
     """Directories (path, uid, mode) appended to the layer after mmdebstrap, which leaves
     ``/run`` empty."""
 
     def fingerprint(self) -> str:
+        """A hash of the image's contents only: no path of this checkout, no file mode or
+        time, so another checkout (or clone) of the same sources reuses the archive."""
         blob = json.dumps(
             [
                 self.directories,
+                [(name, target, _file_hash(IMAGE_FILES / name)) for name, target in self.uploads],
                 self.name,
                 self.packages,
                 self.config,
@@ -103,7 +113,6 @@ def pause_image(pause_binary: Path) -> tuple[ImageSpec, Path]:
 
 
 def postgres_image() -> ImageSpec:
-    entrypoint = IMAGE_FILES / "docker-entrypoint.sh"
     return ImageSpec(
         name=POSTGRES_IMAGE,
         packages=("postgresql-15", "postgresql-client-15", "ca-certificates"),
@@ -129,8 +138,8 @@ def postgres_image() -> ImageSpec:
             'mkdir -p "$1/etc/postgresql-common"',
             'echo "create_main_cluster = false" > "$1/etc/postgresql-common/createcluster.conf"',
         ),
+        uploads=(("docker-entrypoint.sh", "/usr/local/bin/docker-entrypoint.sh"),),
         customize_hooks=(
-            f"upload {entrypoint} /usr/local/bin/docker-entrypoint.sh",
             'chmod 0755 "$1/usr/local/bin/docker-entrypoint.sh"',
             'mkdir -p "$1/docker-entrypoint-initdb.d" "$1/var/lib/postgresql/data"'
             ' "$1/var/run/postgresql"',
@@ -138,7 +147,6 @@ def postgres_image() -> ImageSpec:
             'chown 999:999 "$1/var/run/postgresql" && chmod 2777 "$1/var/run/postgresql"',
             'chmod 0700 "$1/var/lib/postgresql/data"',
         ),
-        inputs=(_file_hash(entrypoint),),
         # The server's socket and lock file (the official image's /var/run/postgresql).
         directories=(("run/postgresql", 999, 0o2777),),
     )
@@ -200,6 +208,7 @@ def ensure_image(
     """
     archive = spec.archive_path()
     if archive.is_file():
+        _touch(archive)
         return archive
     archive.parent.mkdir(parents=True, exist_ok=True)
     with _lock(archive), tempfile.TemporaryDirectory(dir=archive.parent) as work:
@@ -216,18 +225,38 @@ def ensure_image(
             _append_directories(layer, spec.directories)
         _pack_oci_archive(spec, layer, archive.with_suffix(".tmp"))
         archive.with_suffix(".tmp").replace(archive)
-        for stale in archive.parent.glob(f"{archive.name.rsplit('-', 1)[0]}-*.tar"):
-            if stale != archive:
-                stale.unlink(missing_ok=True)
+        _prune_unused(archive)
         size = archive.stat().st_size / 2**20
         progress(f"  image {spec.name}: built in {time.monotonic() - started:.0f}s, {size:.0f} MiB")
     return archive
 
 
+STALE_AFTER_SECONDS = 24 * 3600
+"""Another archive of the same image is removed once unused for this long: checkouts of
+different sources share the cache, and removing another one's archive at once would make
+each rebuild the other's."""
+
+
+def _touch(archive: Path) -> None:
+    with contextlib.suppress(OSError):
+        archive.touch()
+
+
+def _prune_unused(archive: Path) -> None:
+    """Remove the other archives of ``archive``'s image not used for a day."""
+    now = time.time()
+    for stale in archive.parent.glob(f"{archive.name.rsplit('-', 1)[0]}-*.tar"):
+        with contextlib.suppress(OSError):
+            if stale != archive and now - stale.stat().st_mtime > STALE_AFTER_SECONDS:
+                stale.unlink()
+
+
 def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
     if shutil.which("mmdebstrap") is None:
         raise ImageError("building images needs mmdebstrap: run scripts/ensure-node-packages.sh")
-    hooks = list(spec.customize_hooks)
+    # Uploads first: the customize hooks may change the uploaded files' modes.
+    hooks = [f"upload {IMAGE_FILES / name} {target}" for name, target in spec.uploads]
+    hooks += spec.customize_hooks
     if any("{wheels}" in hook for hook in hooks):
         wheels = work / "wheels"
         wheel = _build_wheel(wheels)

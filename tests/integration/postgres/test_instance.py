@@ -217,7 +217,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     assert env["REPLICATION_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "pg-superuser"
     config = await kube.live.get("v1", "ConfigMap", name="pg-config", namespace=namespace)
     conf = config["data"]["postgresql.conf"]
-    assert "synchronous_standby_names = 'ANY 1 (*)'" in conf and "wal_level = 'replica'" in conf
+    assert "synchronous_standby_names = 'FIRST 1 (*)'" in conf and "wal_level = 'replica'" in conf
     assert "pg_basebackup" in config["data"]["entrypoint.sh"]
     pdb = await wait_for(
         transport, "poddisruptionbudgets", namespace, "pg", lambda o: o is not None, api="policy/v1"

@@ -31,8 +31,8 @@ def instance(**spec: Any) -> dict[str, Any]:
 
 def test_a_rolled_out_statefulset_with_every_replica_ready_is_ready() -> None:
     done = rollout_progress(
-        sts(observedGeneration=2, readyReplicas=2, updatedReplicas=2, currentRevision="a",
-            updateRevision="a"),
+        sts(observedGeneration=2, replicas=2, readyReplicas=2, updatedReplicas=2,
+            currentRevision="a", updateRevision="a"),
         2,
     )  # fmt: skip
     assert done.ready and done.rolled and done.ready_replicas == 2
@@ -54,16 +54,38 @@ def test_an_unobserved_or_half_updated_statefulset_is_rolling_out() -> None:
 
 
 def test_rolled_out_but_not_all_ready_waits_for_replicas() -> None:
-    waiting = rollout_progress(sts(observedGeneration=2, readyReplicas=1, updatedReplicas=2), 2)
+    waiting = rollout_progress(
+        sts(observedGeneration=2, replicas=2, readyReplicas=1, updatedReplicas=2), 2
+    )
     assert waiting.rolled and not waiting.ready
     assert waiting.conditions()[1].reason == "WaitingForReplicas"
 
 
 def test_a_pending_restore_keeps_a_ready_rollout_not_ready() -> None:
-    done = rollout_progress(sts(observedGeneration=2, readyReplicas=1, updatedReplicas=1), 1)
+    done = rollout_progress(
+        sts(observedGeneration=2, replicas=1, readyReplicas=1, updatedReplicas=1), 1
+    )
     ready, progressing = done.restoring("waiting for Backup 'b' to succeed").conditions()
     assert ready == Condition("Ready", False, "Restoring", "waiting for Backup 'b' to succeed")
     assert progressing.is_true  # not ready: still progressing
+
+
+def test_a_scale_down_is_not_ready_while_surplus_pods_remain() -> None:
+    # 3 -> 1 without a template change: the StatefulSet still counts 3 ready pods while it
+    # deletes two of them; the instance is not Ready with one pod until they are gone.
+    shrinking = rollout_progress(
+        sts(observedGeneration=2, replicas=3, readyReplicas=3, updatedReplicas=3,
+            currentRevision="a", updateRevision="a"),
+        1,
+    )  # fmt: skip
+    assert not shrinking.ready and not shrinking.rolled
+    assert shrinking.message == "3/1 replicas ready, 3 updated, 2 more to remove"
+    done = rollout_progress(
+        sts(observedGeneration=2, replicas=1, readyReplicas=1, updatedReplicas=1,
+            currentRevision="a", updateRevision="a"),
+        1,
+    )  # fmt: skip
+    assert done.ready
 
 
 def test_degraded_names_the_first_problem_and_every_message() -> None:

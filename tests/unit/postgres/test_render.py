@@ -27,7 +27,7 @@ def test_synchronous_replication_needs_more_than_one_replica() -> None:
     assert "synchronous_standby_names" not in render.postgresql_conf(
         {"replicas": 1, "replication": {"mode": "sync"}}
     )
-    assert "synchronous_standby_names = 'ANY 1 (*)'" in render.postgresql_conf(
+    assert "synchronous_standby_names = 'FIRST 1 (*)'" in render.postgresql_conf(
         {"replicas": 3, "replication": {"mode": "sync"}}
     )
     assert "synchronous_standby_names" not in render.postgresql_conf({"replicas": 3})
