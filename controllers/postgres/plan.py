@@ -11,8 +11,9 @@ Like a CronJob's controller, with the same rules:
 - A Backup is named ``<plan>-<scheduled time in minutes since the epoch>``: a reconcile that
   runs again, or on a stale cache, cannot create a second Backup for the same time.
 - Retention prunes *finished* Backups of the plan: beyond the newest ``keepLast``, and older
-  than ``maxAge`` (by scheduled time). Running ones are never pruned. Objects in the bucket
-  are not deleted (use the bucket's lifecycle rules).
+  than ``maxAge`` (by scheduled time). Running ones are never pruned. A pruned Backup's
+  object is deleted from the bucket by the Backup's own finalizer (see
+  :mod:`controllers.postgres.backup`); Backups already being deleted are not counted.
 
 The controller requeues itself for the next schedule time. The clock is injectable
 (``clock``) for tests.
@@ -163,7 +164,7 @@ class PlanReconciler:
                 namespace=meta["namespace"],
                 label_selector=f"{LABEL_PLAN}={meta['name']}",
             )
-            if is_controlled_by(b, plan)
+            if is_controlled_by(b, plan) and not b["metadata"].get("deletionTimestamp")
         ]
         active = [b for b in backups if (b.get("status") or {}).get("phase") not in TERMINAL]
         finished = [b for b in backups if b not in active]
