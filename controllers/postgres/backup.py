@@ -18,7 +18,8 @@ for the instance's Secret. A running Backup is looked at again every ``instance_
 
 Deleting a Backup deletes its object from the bucket (finalizer
 ``postgres.crpy.io/delete-object``): a running backup Job is stopped first (foreground
-deletion, so no upload can land afterwards), then the Job ``<backup>-delete`` runs ``aws s3
+deletion, so no upload can land afterwards; one that never started is deleted and the
+Backup released at once), then the Job ``<backup>-delete`` runs ``aws s3
 rm`` with the Backup's endpoint and credentials (see :func:`jobs.delete_object_job`). When it
 succeeded the Event ``ObjectDeleted`` is recorded; when it failed (wrong credentials,
 endpoint gone) the Warning ``ObjectNotDeleted`` names the object to delete by hand, and the
@@ -244,6 +245,9 @@ class BackupReconciler:
             return None  # no object was uploaded
         backup_job = await self._get_job(namespace, jobs.job_name(meta["name"]))
         if backup_job is not None and jobs.job_outcome(backup_job)[0] not in TERMINAL:
+            if not (backup_job.get("status") or {}).get("startTime"):
+                await self._delete_quietly(backup_job, "Background")
+                return None  # never started: nothing was uploaded
             await self._delete_quietly(backup_job, "Foreground")
             return CleanupPending("waiting for the backup Job to stop", requeue_after=5.0)
         name = jobs.job_name(meta["name"], "delete")

@@ -7,7 +7,8 @@ status as the job controller would).
   an ``ObjectDeleted`` event is recorded;
 - when that Job fails the Backup still goes, with a Warning ``ObjectNotDeleted`` naming the
   object;
-- a Failed Backup goes at once, without a deletion Job;
+- a Failed Backup goes at once, without a deletion Job; so does one whose Job never
+  started (the Job is deleted);
 - an instance deleted while its Backup's Job runs fails the Backup (``InstanceDeleted``) and
   deletes the Job.
 """
@@ -198,3 +199,24 @@ async def test_an_instance_deleted_during_the_backup_fails_it(
     )
     await kube.delete(failed)
     assert await wait_for(transport, "Backup", namespace, "orphan", lambda o: o is None) is None
+
+
+async def test_a_backup_whose_job_never_started_goes_with_its_job(
+    backups_running: Any, kube: Client, transport: Transport, namespace: str
+) -> None:
+    await kube.create(backup("early", namespace))
+    job = await wait_for(
+        transport, "jobs", namespace, "early-backup", lambda o: o is not None, api="batch/v1"
+    )
+    assert job is not None
+    await wait_for(transport, "Backup", namespace, "early", phase_is("Pending"))
+    await kube.delete(API_VERSION, BACKUP, name="early", namespace=namespace)
+    assert await wait_for(transport, "Backup", namespace, "early", lambda o: o is None) is None
+    assert (
+        await wait_for(
+            transport, "jobs", namespace, "early-backup", lambda o: o is None, api="batch/v1"
+        )
+        is None
+    )
+    jobs = await kube.live.list("batch/v1", "Job", namespace=namespace)
+    assert "early-delete" not in [j["metadata"]["name"] for j in jobs]
