@@ -47,6 +47,7 @@ from controller_runtime import (
     EnqueueRequestsFromMapFunc,
     EventRecorder,
     NotFoundError,
+    PropagationPolicy,
     Request,
     Result,
     format_time,
@@ -54,7 +55,6 @@ from controller_runtime import (
     reconcile_logger,
     set_controller_reference,
 )
-from controller_runtime.client import PropagationPolicy
 from controllers.postgres import jobs
 from controllers.postgres.api import (
     API_VERSION,
