@@ -157,21 +157,24 @@ def test_plan_creates_backups_and_retention_prunes_them_from_the_bucket(
     cluster: LocalCluster, filled: Filled
 ) -> None:
     """A one-minute schedule (cron's finest) keeping 1: the second Backup's success prunes
-    the first from the cluster and from the bucket."""
+    the first from the cluster and from the bucket. Beside it, a plan with wrong bucket
+    credentials says so (condition and Event) and its failed Backups do not pile up."""
     ns = filled.namespace
-    apply(
-        cluster,
-        {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
-            "kind": "BackupPlan",
-            "metadata": {"name": "nightly", "namespace": ns},
-            "spec": {
-                "schedule": "* * * * *",
-                "retention": {"keepLast": 1},
-                "backupTemplate": {"spec": backup_spec(cluster, filled.instance)},
+    credentials_secret(cluster, ns, "wrong-credentials", wrong=True)
+    for name, secret in (("nightly", "s3-credentials"), ("denied", "wrong-credentials")):
+        apply(
+            cluster,
+            {
+                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "kind": "BackupPlan",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "schedule": "* * * * *",
+                    "retention": {"keepLast": 1},
+                    "backupTemplate": {"spec": backup_spec(cluster, filled.instance, secret)},
+                },
             },
-        },
-    )
+        )
     seen: dict[str, str] = {}
 
     def plan_backups() -> dict[str, str]:
@@ -207,7 +210,32 @@ def test_plan_creates_backups_and_retention_prunes_them_from_the_bucket(
     )
     plan = get_json(cluster, "backupplan", "nightly", "-n", ns)
     assert (plan.get("status") or {}).get("lastSuccessfulTime"), f"{plan.get('status')}"
-    cluster.kubectl("delete", "backupplan", "nightly", "-n", ns)
+    assert condition(plan, "LastBackupSucceeded").get("status") == "True", describe()
+
+    def denied_plan() -> dict[str, Any]:
+        return dict(get_json(cluster, "backupplan", "denied", "-n", ns))
+
+    wait_for(
+        lambda: condition(denied_plan(), "LastBackupSucceeded").get("reason") == "BackupFailed",
+        f"backupplan {ns}/denied reporting its failed Backup",
+        150,
+        lambda: diagnostics(cluster, ns, "backupplan denied"),
+    )
+    message = condition(denied_plan(), "LastBackupSucceeded")["message"]
+    assert "denied-" in message and "failed" in message, message
+    events = cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        "reason=BackupFailed,involvedObject.kind=BackupPlan",
+    )
+    assert "denied" in events, f"no BackupFailed event on backupplan denied: {events}"
+    denied_jobs = [j for j in jobs_in(cluster, ns) if j.startswith("denied-2")]
+    assert len(denied_jobs) <= 2, f"failed Backups pile up: Jobs {denied_jobs}"
+    assert not bucket_keys(cluster, f"e2e/{ns}/db/denied-"), "a denied upload landed"
+    cluster.kubectl("delete", "backupplan", "nightly", "denied", "-n", ns)
 
 
 def test_wrong_credentials_fail_the_backup_clearly(cluster: LocalCluster, filled: Filled) -> None:
@@ -218,29 +246,29 @@ def test_wrong_credentials_fail_the_backup_clearly(cluster: LocalCluster, filled
         {
             "apiVersion": "postgres.crpy.io/v1alpha1",
             "kind": "Backup",
-            "metadata": {"name": "denied", "namespace": ns},
+            "metadata": {"name": "refused", "namespace": ns},
             "spec": backup_spec(cluster, filled.instance, "wrong-credentials"),
         },
     )
     wait_for(
-        lambda: backup_phase(cluster, ns, "denied") in TERMINAL,
-        f"backup {ns}/denied finished",
+        lambda: backup_phase(cluster, ns, "refused") in TERMINAL,
+        f"backup {ns}/refused finished",
         200,
-        lambda: diagnostics(cluster, ns, "backup denied"),
+        lambda: diagnostics(cluster, ns, "backup refused"),
     )
-    backup = get_backup(cluster, ns, "denied")
-    why = f"backup {ns}/denied: {backup.get('status')}\n" + diagnostics(cluster, ns, "denied")
+    backup = get_backup(cluster, ns, "refused")
+    why = f"backup {ns}/refused: {backup.get('status')}\n" + diagnostics(cluster, ns, "refused")
     assert backup["status"]["phase"] == "Failed", why
     assert condition(backup, "Failed").get("status") == "True", why
     assert condition(backup, "Complete").get("status") == "False", why
     events = cluster.kubectl("get", "events", "-n", ns, "--field-selector", "reason=BackupFailed")
-    assert "denied" in events, f"no BackupFailed event: {events}\n{why}"
-    assert [j for j in jobs_in(cluster, ns) if j.startswith("denied")] == ["denied-backup"], why
-    pods = get_json(cluster, "pods", "-n", ns, "-l", "postgres.crpy.io/backup=denied")["items"]
+    assert "refused" in events, f"no BackupFailed event: {events}\n{why}"
+    assert [j for j in jobs_in(cluster, ns) if j.startswith("refused")] == ["refused-backup"], why
+    pods = get_json(cluster, "pods", "-n", ns, "-l", "postgres.crpy.io/backup=refused")["items"]
     assert 1 <= len(pods) <= 3, f"{len(pods)} Pods for one Backup (backoffLimit 2)\n{why}"
-    assert not bucket_keys(cluster, f"e2e/{ns}/db/denied"), why
+    assert not bucket_keys(cluster, f"e2e/{ns}/db/refused"), why
     # Deleting a failed Backup does not hang on its (absent) object.
-    cluster.kubectl("delete", "backup", "denied", "-n", ns, timeout=120)
+    cluster.kubectl("delete", "backup", "refused", "-n", ns, timeout=120)
 
 
 def test_instance_deleted_while_its_backup_runs(cluster: LocalCluster, operator: str) -> None:
