@@ -144,10 +144,10 @@ class BackupReconciler:
                 return None
             job = await self._create_job(backup, instance, name)
             status["jobName"] = name
-            phase, message = jobs.job_outcome(job)
+            phase, message = _outcome(job, meta["namespace"])
         else:
             status["jobName"] = name
-            phase, message = jobs.job_outcome(job)
+            phase, message = _outcome(job, meta["namespace"])
         reason = phase
         if phase not in TERMINAL and job is not None:
             gone = await self._instance_gone(backup)
@@ -276,6 +276,19 @@ class BackupReconciler:
             )
         await self._delete_quietly(job, "Background")
         return None
+
+
+def _outcome(job: Obj | None, namespace: str) -> tuple[str, str]:
+    """The Job's phase and message; a failure says where its cause is (the Job's own
+    message is only "backoff limit reached")."""
+    phase, message = jobs.job_outcome(job)
+    if phase == "Failed" and job is not None:
+        name = job["metadata"]["name"]
+        message = (
+            f"the Job {name} failed: {message}; its Pods' logs say why "
+            f"(kubectl logs -n {namespace} job/{name} --all-containers)"
+        )
+    return phase, message
 
 
 def _deletion_job_owner(job: Mapping[str, Any]) -> list[Request]:

@@ -168,7 +168,8 @@ async def test_a_backup_runs_as_a_job_and_follows_its_outcome(
         )
         failed = await wait_for(transport, "Backup", namespace, "full", phase_is("Failed"))
         assert condition(failed, "Failed")["message"] == (
-            "Job has reached the specified backoff limit"
+            "the Job full-backup failed: Job has reached the specified backoff limit; its Pods' "
+            f"logs say why (kubectl logs -n {namespace} job/full-backup --all-containers)"
         )
         assert condition(failed, "Complete")["status"] == "False"
 
