@@ -302,6 +302,7 @@ def test_instance_deleted_while_its_backup_runs(cluster: LocalCluster, operator:
     why = f"backup {ns}/orphan: {backup.get('status')}\n" + diagnostics(cluster, ns, "orphan")
     if backup["status"]["phase"] == "Failed":
         assert condition(backup, "Failed").get("message"), why
+    print(f"\nbackup {ns}/orphan ended {backup['status']['phase']}: {condition(backup, 'Failed')}")
     cluster.kubectl("delete", "backup", "orphan", "-n", ns, timeout=120)
     assert not get_backup(cluster, ns, "orphan"), why
     assert not bucket_keys(cluster, f"e2e/{ns}/"), f"objects left after deletion\n{why}"
