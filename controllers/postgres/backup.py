@@ -22,7 +22,8 @@ deletion, so no upload can land afterwards; one that never started is deleted an
 Backup released at once), then the Job ``<backup>-delete`` runs ``aws s3
 rm`` with the Backup's endpoint and credentials (see :func:`jobs.delete_object_job`). When it
 succeeded the Event ``ObjectDeleted`` is recorded; when it failed (wrong credentials,
-endpoint gone) the Warning ``ObjectNotDeleted`` names the object to delete by hand, and the
+endpoint gone), or the Job cannot be created (a terminating namespace refuses it), the
+Warning ``ObjectNotDeleted`` names the object to delete by hand, and the
 Backup goes anyway: a finalizer never hangs on an unreachable bucket. Backups that never
 created a Job, and ``Failed`` ones (the upload is the Job's last step, so a failed Job left no
 object), are released at once. The deletion Job is removed before the finalizer is.
@@ -46,6 +47,7 @@ from controller_runtime import (
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
+    ForbiddenError,
     NotFoundError,
     PropagationPolicy,
     Request,
@@ -236,7 +238,7 @@ class BackupReconciler:
             return None
         return job
 
-    async def _delete_object(self, backup: Obj) -> CleanupPending | None:
+    async def _delete_object(self, backup: Obj) -> CleanupPending | None:  # noqa: PLR0911
         """The finalizer's cleanup (idempotent): stop the backup Job, run the deletion Job,
         record its outcome, remove it. See the module docs."""
         meta, status = backup["metadata"], backup.get("status") or {}
@@ -254,8 +256,16 @@ class BackupReconciler:
         job = await self._get_job(namespace, name)
         location = jobs.location(backup)
         if job is None:
-            with contextlib.suppress(AlreadyExistsError):
+            try:
                 await self.client.create(jobs.delete_object_job(backup))
+            except AlreadyExistsError:
+                pass
+            except ForbiddenError as err:
+                # A terminating namespace refuses new Jobs: the object cannot be deleted from
+                # here, and the Backup must not hold the namespace's deletion forever.
+                self._not_deleted(backup, location, f"the deletion Job was refused: {err}")
+                return None
+            else:
                 reconcile_logger(__name__).info("created Job %s to delete %s", name, location)
             return CleanupPending(f"deleting {location}", requeue_after=10.0)
         phase, message = jobs.job_outcome(job)
@@ -266,16 +276,18 @@ class BackupReconciler:
                 backup, "Normal", "ObjectDeleted", f"deleted {location}", "DeleteObject"
             )
         else:
-            self.recorder.record(
-                backup,
-                "Warning",
-                "ObjectNotDeleted",
-                f"could not delete {location} ({message}); the Backup goes, delete the "
-                "object by hand",
-                "DeleteObject",
-            )
+            self._not_deleted(backup, location, message)
         await self._delete_quietly(job, "Background")
         return None
+
+    def _not_deleted(self, backup: Obj, location: str, why: str) -> None:
+        self.recorder.record(
+            backup,
+            "Warning",
+            "ObjectNotDeleted",
+            f"could not delete {location} ({why}); the Backup goes, delete the object by hand",
+            "DeleteObject",
+        )
 
 
 def _outcome(job: Obj | None, namespace: str) -> tuple[str, str]:

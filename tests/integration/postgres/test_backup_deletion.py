@@ -220,3 +220,16 @@ async def test_a_backup_whose_job_never_started_goes_with_its_job(
     )
     jobs = await kube.live.list("batch/v1", "Job", namespace=namespace)
     assert "early-delete" not in [j["metadata"]["name"] for j in jobs]
+
+
+async def test_a_terminating_namespace_does_not_hold_a_backup(
+    backups_running: Any, kube: Client, transport: Transport, namespace: str
+) -> None:
+    """A terminating namespace refuses the deletion Job: the Backup goes anyway (its
+    finalizer would otherwise hold the namespace's deletion forever)."""
+    done = await finished_backup(kube, transport, namespace, "last", COMPLETE)
+    await kube.delete("v1", "Namespace", name=namespace)
+    await kube.delete(done)
+    assert await wait_for(transport, "Backup", namespace, "last", lambda o: o is None) is None
+    jobs = await kube.live.list("batch/v1", "Job", namespace=namespace)
+    assert "last-delete" not in [j["metadata"]["name"] for j in jobs]
