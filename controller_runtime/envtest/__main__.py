@@ -65,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
         help="a one-node cluster (kubelet, containerd, ...) that runs Pods; needs root",
     )
     run.add_argument(
+        "--s3",
+        action="store_true",
+        help="with --node: also an S3 server (SeaweedFS) that Pods reach by a Service",
+    )
+    run.add_argument(
         "--feature-gate",
         dest="feature_gates",
         action="append",
@@ -111,18 +116,23 @@ def print_access(plane: ControlPlane, kubectl: str | None = None) -> None:
     print(f"             export KUBECONFIG={plane.kubeconfig}", flush=True)
 
 
-def run_node(crds: Path) -> int:
+def run_node(crds: Path, *, s3: bool = False) -> int:
     """Start a one-node cluster, print how to reach it, wait for a signal, tear it down."""
     try:
         preflight()
     except NodeUnavailableError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    with LocalCluster(crd_directory=crds) as cluster:
+    with LocalCluster(crd_directory=crds, s3=s3) as cluster:
         timings = ", ".join(f"{k} {v:.1f}s" for k, v in cluster.timings.items())
         print(f"local cluster ready ({timings})")
         print_access(cluster.plane)
         print(f"work directory: {cluster.workdir} (component logs)")
+        if cluster.s3_endpoint is not None:
+            endpoint = cluster.s3_endpoint
+            print(f"S3 endpoint: {endpoint.url} (from Pods: {endpoint.cluster_url})")
+            print(f"S3 bucket:   {endpoint.bucket}")
+            print(f"S3 keys:     {endpoint.credentials_file} (AWS_ACCESS_KEY_ID=...)")
         print("Ctrl-C stops it and removes everything it made.", flush=True)
         wait_for_signal()
         print("stopping ...", flush=True)
@@ -134,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run" and args.node and args.feature_gates:
         parser.error("--feature-gate is not supported with --node yet")
+    if args.command == "run" and args.s3 and not args.node:
+        parser.error("--s3 needs --node (the S3 server runs in the node's network namespace)")
     try:
         if args.command == "build":
             binaries = find_binaries()
@@ -143,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"node binaries ready: {', '.join(sorted(node.paths))}")
             return 0
         if args.node:
-            return run_node(args.crds)
+            return run_node(args.crds, s3=args.s3)
         started = time.monotonic()
         gates = dict(args.feature_gates)
         with ControlPlane(crd_directory=args.crds, feature_gates=gates) as plane:

@@ -29,6 +29,7 @@ POLICY_NAME = "default"
 INSTANCE_FINALIZER = f"{GROUP}/instance"
 USER_FINALIZER = f"{GROUP}/drop-role"
 BINDING_FINALIZER = f"{GROUP}/binding"
+BACKUP_FINALIZER = f"{GROUP}/delete-object"
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"

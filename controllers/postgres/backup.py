@@ -13,14 +13,35 @@ disappears before it finished (deleted by hand) fails the Backup rather than run
 A Job of that name controlled by another object (the Job of a deleted Backup of the same name,
 not collected yet) is never taken for this Backup's: the Backup stays as it is until that Job
 is gone, then runs its own.
+
+An instance deleted (or being deleted) while its Backup's Job has not finished fails the
+Backup (reason ``InstanceDeleted``) and deletes the Job: its Pod could otherwise wait forever
+for the instance's Secret. A running Backup is looked at again every ``instance_poll`` seconds
+(default 10) for this.
+
+Deleting a Backup deletes its object from the bucket (finalizer
+``postgres.crpy.io/delete-object``): a running backup Job is stopped first (foreground
+deletion, so no upload can land afterwards; one that never started is deleted and the
+Backup released at once), then the Job ``<backup>-delete`` runs ``aws s3
+rm`` with the Backup's endpoint and credentials (see :func:`jobs.delete_object_job`). When it
+succeeded the Event ``ObjectDeleted`` is recorded; when it failed (wrong credentials,
+endpoint gone), or the Job cannot be created (a terminating namespace refuses it), the
+Warning ``ObjectNotDeleted`` names the object to delete by hand, and the
+Backup goes anyway: a finalizer never hangs on an unreachable bucket. Backups that never
+created a Job, and ``Failed`` ones (the upload is the Job's last step, so a failed Job left no
+object), are released at once. The deletion Job is removed before the finalizer is.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from controller_runtime import (
     AlreadyExistsError,
+    CleanupPending,
     Client,
     Condition,
     Controller,
@@ -29,15 +50,27 @@ from controller_runtime import (
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
+    ForbiddenError,
     NotFoundError,
+    PropagationPolicy,
     Request,
     Result,
+    format_time,
+    handle_finalization,
     is_controlled_by,
     reconcile_logger,
     set_controller_reference,
 )
 from controllers.postgres import jobs
-from controllers.postgres.api import API_VERSION, BACKUP, INSTANCE, POLICY, POLICY_NAME, ref_name
+from controllers.postgres.api import (
+    API_VERSION,
+    BACKUP,
+    BACKUP_FINALIZER,
+    INSTANCE,
+    POLICY,
+    POLICY_NAME,
+    ref_name,
+)
 from controllers.postgres.common import (
     controller_recorder,
     set_conditions,
@@ -82,12 +115,19 @@ class BackupReconciler:
     def __init__(self, client: Client, recorder: EventRecorder) -> None:
         self.client = client
         self.recorder = recorder
+        self.instance_poll = 10.0
 
     async def reconcile(self, request: Request) -> Result | None:
         try:
             backup = await self.client.get(API_VERSION, BACKUP, request)
         except NotFoundError:
             return None
+        outcome = await handle_finalization(
+            self.client, backup, BACKUP_FINALIZER, self._delete_object
+        )
+        if outcome.deleting or outcome.obj is None:
+            return outcome.result
+        backup = outcome.obj
         status = status_copy(backup)
         if status.get("phase") in TERMINAL:
             return None  # one-shot: never run again
@@ -113,49 +153,32 @@ class BackupReconciler:
         if job is None and status.get("jobName"):
             phase, message = "Failed", f"the Job {name} disappeared before it finished"
         elif job is None:
-            instance_name = ref_name(backup, "instanceRef") or ""
-            try:
-                instance = await self.client.get(
-                    API_VERSION, INSTANCE, name=instance_name, namespace=meta["namespace"]
-                )
-            except NotFoundError:
-                status["phase"] = "Pending"
-                set_conditions(
-                    status,
-                    generation,
-                    Condition(
-                        "Complete",
-                        False,
-                        "InstanceNotFound",
-                        f"PostgresInstance {instance_name!r} does not exist",
-                    ),
-                )
-                await write_status(self.client, backup, status)
+            instance = await self._instance(backup, status)
+            if instance is None:
                 return None
-            rendered = jobs.backup_job(
-                backup, instance, await tools_image(self.client, backup, instance)
-            )
-            set_controller_reference(backup, rendered, owner_namespaced=True, obj_namespaced=True)
-            try:
-                job = await self.client.create(rendered)
-                reconcile_logger(__name__).info("created Job %s", name)
-            except AlreadyExistsError:
+            job = await self._create_job(backup, instance, name)
+            if job is None:
                 # Ours, from an attempt whose answer was lost, or a predecessor's not in the
                 # cache yet: record nothing until the cache shows whose it is.
                 return Result(requeue_after=PREDECESSOR_RECHECK)
             status["jobName"] = name
-            phase, message = jobs.job_outcome(job)
+            phase, message = _outcome(job, meta["namespace"])
         else:
             status["jobName"] = name
-            phase, message = jobs.job_outcome(job)
+            phase, message = _outcome(job, meta["namespace"])
+        reason = phase
+        if phase not in TERMINAL and job is not None:
+            gone = await self._instance_gone(backup)
+            if gone:
+                phase, reason, message = "Failed", "InstanceDeleted", gone
+                await self._delete_quietly(job, "Background")
         job_status = (job or {}).get("status") or {}
         status["phase"] = phase
         if job_status.get("startTime"):
             status["startTime"] = job_status["startTime"]
         if phase in TERMINAL:
             finished = job_status.get("completionTime") or _failure_time(job_status)
-            if finished:
-                status["completionTime"] = finished
+            status["completionTime"] = finished or format_time(datetime.now(UTC))
             event_type = "Normal" if phase == "Succeeded" else "Warning"
             self.recorder.record(
                 backup,
@@ -167,11 +190,142 @@ class BackupReconciler:
         set_conditions(
             status,
             generation,
-            Condition("Complete", phase == "Succeeded", phase, message),
-            Condition("Failed", phase == "Failed", phase, message if phase == "Failed" else ""),
+            Condition("Complete", phase == "Succeeded", reason, message),
+            Condition("Failed", phase == "Failed", reason, message if phase == "Failed" else ""),
         )
         await write_status(self.client, backup, status)
+        return None if phase in TERMINAL else Result(requeue_after=self.instance_poll)
+
+    async def _instance(self, backup: Obj, status: Obj) -> Obj | None:
+        """The Backup's instance; ``None`` after recording ``InstanceNotFound``."""
+        meta = backup["metadata"]
+        name = ref_name(backup, "instanceRef") or ""
+        try:
+            instance: Obj = await self.client.get(
+                API_VERSION, INSTANCE, name=name, namespace=meta["namespace"]
+            )
+        except NotFoundError:
+            status["phase"] = "Pending"
+            message = f"PostgresInstance {name!r} does not exist"
+            set_conditions(
+                status,
+                meta.get("generation"),
+                Condition("Complete", False, "InstanceNotFound", message),
+            )
+            await write_status(self.client, backup, status)
+            return None
+        return instance
+
+    async def _create_job(self, backup: Obj, instance: Obj, name: str) -> Obj | None:
+        """Create the backup Job; ``None`` when it exists already (an attempt whose answer
+        was lost, or a predecessor's not in the cache yet)."""
+        rendered = jobs.backup_job(
+            backup, instance, await tools_image(self.client, backup, instance)
+        )
+        set_controller_reference(backup, rendered, owner_namespaced=True, obj_namespaced=True)
+        try:
+            job = await self.client.create(rendered)
+        except AlreadyExistsError:
+            return None
+        reconcile_logger(__name__).info("created Job %s", name)
+        return job
+
+    async def _instance_gone(self, backup: Obj) -> str:
+        """Why the Backup's instance is no longer there ('' while it is)."""
+        name = ref_name(backup, "instanceRef") or ""
+        try:
+            instance = await self.client.get(
+                API_VERSION, INSTANCE, name=name, namespace=backup["metadata"]["namespace"]
+            )
+        except NotFoundError:
+            return f"PostgresInstance {name!r} was deleted while the backup ran"
+        if instance["metadata"].get("deletionTimestamp"):
+            return f"PostgresInstance {name!r} is being deleted while the backup ran"
+        return ""
+
+    async def _delete_quietly(self, obj: Obj, propagation: PropagationPolicy) -> None:
+        with contextlib.suppress(NotFoundError):
+            await self.client.delete(obj, propagation_policy=propagation)
+
+    async def _get_job(self, namespace: str, name: str) -> Obj | None:
+        try:
+            job: Obj = await self.client.live.get("batch/v1", "Job", name=name, namespace=namespace)
+        except NotFoundError:
+            return None
+        return job
+
+    async def _delete_object(self, backup: Obj) -> CleanupPending | None:  # noqa: PLR0911
+        """The finalizer's cleanup (idempotent): stop the backup Job, run the deletion Job,
+        record its outcome, remove it. See the module docs."""
+        meta, status = backup["metadata"], backup.get("status") or {}
+        namespace = meta["namespace"]
+        if not status.get("jobName") or status.get("phase") == "Failed":
+            return None  # no object was uploaded
+        backup_job = await self._get_job(namespace, jobs.job_name(meta["name"]))
+        if backup_job is not None and jobs.job_outcome(backup_job)[0] not in TERMINAL:
+            if not (backup_job.get("status") or {}).get("startTime"):
+                await self._delete_quietly(backup_job, "Background")
+                return None  # never started: nothing was uploaded
+            await self._delete_quietly(backup_job, "Foreground")
+            return CleanupPending("waiting for the backup Job to stop", requeue_after=5.0)
+        name = jobs.job_name(meta["name"], "delete")
+        job = await self._get_job(namespace, name)
+        location = jobs.location(backup)
+        if job is None:
+            try:
+                await self.client.create(jobs.delete_object_job(backup))
+            except AlreadyExistsError:
+                pass
+            except ForbiddenError as err:
+                # A terminating namespace refuses new Jobs: the object cannot be deleted from
+                # here, and the Backup must not hold the namespace's deletion forever.
+                self._not_deleted(backup, location, f"the deletion Job was refused: {err}")
+                return None
+            else:
+                reconcile_logger(__name__).info("created Job %s to delete %s", name, location)
+            return CleanupPending(f"deleting {location}", requeue_after=10.0)
+        phase, message = jobs.job_outcome(job)
+        if phase not in TERMINAL:
+            return CleanupPending(f"deleting {location}", requeue_after=10.0)
+        if phase == "Succeeded":
+            self.recorder.record(
+                backup, "Normal", "ObjectDeleted", f"deleted {location}", "DeleteObject"
+            )
+        else:
+            self._not_deleted(backup, location, message)
+        await self._delete_quietly(job, "Background")
         return None
+
+    def _not_deleted(self, backup: Obj, location: str, why: str) -> None:
+        self.recorder.record(
+            backup,
+            "Warning",
+            "ObjectNotDeleted",
+            f"could not delete {location} ({why}); the Backup goes, delete the object by hand",
+            "DeleteObject",
+        )
+
+
+def _outcome(job: Obj | None, namespace: str) -> tuple[str, str]:
+    """The Job's phase and message; a failure says where its cause is (the Job's own
+    message is only "backoff limit reached")."""
+    phase, message = jobs.job_outcome(job)
+    if phase == "Failed" and job is not None:
+        name = job["metadata"]["name"]
+        message = (
+            f"the Job {name} failed: {message}; its Pods' logs say why "
+            f"(kubectl logs -n {namespace} job/{name} --all-containers)"
+        )
+    return phase, message
+
+
+def _deletion_job_owner(job: Mapping[str, Any]) -> list[Request]:
+    """A deletion Job's events go to its Backup (it has no owner reference)."""
+    meta = job.get("metadata") or {}
+    backup = (meta.get("labels") or {}).get(jobs.LABEL_BACKUP)
+    if backup and str(meta.get("name", "")) == jobs.job_name(backup, "delete"):
+        return [Request(str(meta.get("namespace", "")), backup)]
+    return []
 
 
 def _failure_time(job_status: dict[str, Any]) -> str | None:
@@ -196,6 +350,7 @@ async def setup_backup_controller(
         .named("backup")
         .for_(API_VERSION, BACKUP, predicates=[SpecOrDeletionChanged()])
         .owns("batch/v1", "Job")
+        .watches("batch/v1", "Job", EnqueueRequestsFromMapFunc(_deletion_job_owner))
         # Cached for tools_image (no reconcile: a policy change does not redo a backup).
         .watches(API_VERSION, POLICY, EnqueueRequestsFromMapFunc(lambda _: ()))
         .with_options(options)

@@ -22,6 +22,7 @@ from controllers.postgres.render import REPLICATION_USER, Names, endpoint
 Obj = dict[str, Any]
 WORK_DIR = "/backup"
 LABEL_BACKUP = "postgres.crpy.io/backup"
+DEFAULT_UPLOADER = "amazon/aws-cli:2.17.0"
 
 
 def job_name(backup_name: str, suffix: str = "backup") -> str:
@@ -137,7 +138,7 @@ def backup_job(backup: Mapping[str, Any], instance: Mapping[str, Any], image: st
         ),
         second=_step(
             "upload",
-            str(spec.get("uploaderImage", "amazon/aws-cli:2.17.0")),
+            str(spec.get("uploaderImage", DEFAULT_UPLOADER)),
             upload,
             s3_env(storage),
         ),
@@ -170,7 +171,7 @@ def restore_job(instance: Mapping[str, Any], backup: Mapping[str, Any], image: s
         labels,
         first=_step(
             "download",
-            str(spec.get("uploaderImage", "amazon/aws-cli:2.17.0")),
+            str(spec.get("uploaderImage", DEFAULT_UPLOADER)),
             download,
             s3_env(storage),
         ),
@@ -181,6 +182,52 @@ def restore_job(instance: Mapping[str, Any], backup: Mapping[str, Any], image: s
             [*database_env(instance), {"name": "DATABASE", "value": database}],
         ),
     )
+
+
+DELETE_JOB_TTL_SECONDS = 300
+"""A finished object-deletion Job is removed by the operator; this TTL is the safety net."""
+
+
+def delete_object_job(backup: Mapping[str, Any]) -> Obj:
+    """The Job ``<backup>-delete`` that deletes the Backup's object from the bucket with the
+    AWS CLI (the uploader image, the same endpoint and credentials as the upload).
+
+    It has no owner reference, so a foreground deletion of the Backup does not remove it
+    while it runs; it carries the Backup's label (the Backup controller maps its events back)
+    and ``ttlSecondsAfterFinished``. One attempt plus one retry (``backoffLimit: 1``).
+    Deleting an object that does not exist succeeds (S3's DELETE is idempotent)."""
+    spec = backup.get("spec") or {}
+    storage = spec.get("storage") or {}
+    meta = backup["metadata"]
+    remove = (
+        f'aws s3 rm --only-show-errors --endpoint-url "$S3_ENDPOINT" '
+        f'"s3://{storage.get("bucket", "")}/{object_key(backup)}"'
+    )
+    labels = {
+        LABEL_BACKUP: meta["name"],
+        LABEL_INSTANCE: (spec.get("instanceRef") or {}).get("name", ""),
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+    container = _step("delete", str(spec.get("uploaderImage", DEFAULT_UPLOADER)), remove, [])
+    container["env"] = s3_env(storage)
+    container.pop("volumeMounts")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(meta["name"], "delete"),
+            "namespace": meta["namespace"],
+            "labels": labels,
+        },
+        "spec": {
+            "backoffLimit": 1,
+            "ttlSecondsAfterFinished": DELETE_JOB_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [container]},
+            },
+        },
+    }
 
 
 def _step(name: str, image: str, script: str, env: list[Obj]) -> Obj:

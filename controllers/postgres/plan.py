@@ -11,8 +11,13 @@ Like a CronJob's controller, with the same rules:
 - A Backup is named ``<plan>-<scheduled time in minutes since the epoch>``: a reconcile that
   runs again, or on a stale cache, cannot create a second Backup for the same time.
 - Retention prunes *finished* Backups of the plan: beyond the newest ``keepLast``, and older
-  than ``maxAge`` (by scheduled time). Running ones are never pruned. Objects in the bucket
-  are not deleted (use the bucket's lifecycle rules).
+  than ``maxAge`` (by scheduled time). Running ones are never pruned. A pruned Backup's
+  object is deleted from the bucket by the Backup's own finalizer (see
+  :mod:`controllers.postgres.backup`); Backups already being deleted are not counted.
+
+- ``LastBackupSucceeded`` reflects the newest finished Backup of the plan; when it failed
+  the condition is False (reason ``BackupFailed``, the Backup's name and failure) and a
+  Warning event ``BackupFailed`` is recorded on the plan once per failed Backup.
 
 The controller requeues itself for the next schedule time. The clock is injectable
 (``clock``) for tests.
@@ -163,7 +168,7 @@ class PlanReconciler:
                 namespace=meta["namespace"],
                 label_selector=f"{LABEL_PLAN}={meta['name']}",
             )
-            if is_controlled_by(b, plan)
+            if is_controlled_by(b, plan) and not b["metadata"].get("deletionTimestamp")
         ]
         active = [b for b in backups if (b.get("status") or {}).get("phase") not in TERMINAL]
         finished = [b for b in backups if b not in active]
@@ -207,10 +212,42 @@ class PlanReconciler:
         if succeeded:
             status["lastSuccessfulTime"] = max(succeeded, key=parse_time)
         status["active"] = sorted(b["metadata"]["name"] for b in active)
-        set_conditions(status, generation, Condition("Ready", True, "Scheduled", message))
+        outcome = self._last_outcome(plan, finished)
+        set_conditions(
+            status,
+            generation,
+            Condition("Ready", True, "Scheduled", message),
+            *([outcome] if outcome else []),
+        )
         await write_status(self.client, plan, status)
         next_run = schedule.next_after(now)
         return Result(requeue_after=max((next_run - now).total_seconds(), 1.0))
+
+    def _last_outcome(self, plan: Obj, finished: Sequence[Mapping[str, Any]]) -> Condition | None:
+        """``LastBackupSucceeded`` from the newest finished Backup (``None`` while there is
+        none); a Warning ``BackupFailed`` event on the plan when it turns False."""
+        if not finished:
+            return None
+        newest = max(finished, key=scheduled_at)
+        name, status = newest["metadata"]["name"], newest.get("status") or {}
+        if status.get("phase") == "Succeeded":
+            return Condition("LastBackupSucceeded", True, "BackupSucceeded", f"Backup {name}")
+        failure = next(
+            (c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Failed"),
+            None,
+        )
+        message = f"Backup {name} failed: {failure or 'see the Backup'}"
+        before: Mapping[str, Any] = next(
+            (
+                c
+                for c in (plan.get("status") or {}).get("conditions") or []
+                if c.get("type") == "LastBackupSucceeded"
+            ),
+            {},
+        )
+        if before.get("message") != message:
+            self.recorder.record(plan, "Warning", "BackupFailed", message, "Schedule")
+        return Condition("LastBackupSucceeded", False, "BackupFailed", message)
 
     async def _create(self, plan: Obj, due: datetime) -> Obj:
         meta = plan["metadata"]

@@ -60,6 +60,8 @@ def cluster(images: Images) -> Iterator[LocalCluster]:
     node = LocalCluster(
         crd_directory=None,
         images=[images.operator_archive, images.postgres_archive, images.aws_cli_archive],
+        # The backup tests' bucket (SeaweedFS; see controller_runtime/envtest/node/s3.py).
+        s3=True,
     )
     if _FAILED:
         pytest.fail(f"the images or the node failed earlier in this session: {_FAILED[0]}")

@@ -49,6 +49,7 @@ from controller_runtime.envtest.controlplane import (
     _Process,
 )
 from controller_runtime.envtest.node import cleanup, configs, network
+from controller_runtime.envtest.node import s3 as s3_server
 from controller_runtime.envtest.node.builds import NodeBinaries, find_node_binaries
 from controller_runtime.envtest.node.images import PAUSE_IMAGE, ensure_image, pause_image
 
@@ -98,7 +99,9 @@ class LocalCluster:
     :meth:`stop`. ``images`` are OCI archives imported at start. Default start timeout 180 s
     (binaries and images are built first when missing, which is not counted). Storage:
     ``volumes`` (32) hostPath PersistentVolumes of ``volume_size`` (20Gi, not enforced) in
-    the work directory, behind the default StorageClass ``local``."""
+    the work directory, behind the default StorageClass ``local``. ``s3=True`` also runs
+    an S3 server (SeaweedFS, see :mod:`.s3`) in the node's namespace; :attr:`s3_endpoint`
+    says where it is and holds its generated credentials."""
 
     images: Sequence[Path] = ()
     crd_directory: Path | None = DEFAULT_CRD_DIRECTORY
@@ -107,11 +110,13 @@ class LocalCluster:
     addresses: configs.Addresses = field(default_factory=configs.Addresses)
     volumes: int = 32
     volume_size: str = "20Gi"
+    s3: bool = False
 
     plane: ControlPlane = field(init=False)
     workdir: Path = field(init=False)
     kubeconfig: Path = field(init=False)
     timings: dict[str, float] = field(init=False, default_factory=dict)
+    s3_endpoint: s3_server.S3Endpoint | None = field(init=False, default=None)
     _processes: list[_Process] = field(init=False, default_factory=list)
     _lock_file: IO[str] | None = field(init=False, default=None)
     _kernel: dict[str, str] = field(init=False, default_factory=dict)
@@ -128,7 +133,7 @@ class LocalCluster:
 
     def start(self) -> None:
         preflight()
-        self._binaries = find_node_binaries(s3=False, progress=self.progress)
+        self._binaries = find_node_binaries(s3=self.s3, progress=self.progress)
         pause_spec, pause_binary = pause_image(self._binaries["pause"])
         pause_archive = ensure_image(pause_spec, progress=self.progress, single_file=pause_binary)
         self._acquire_lock()
@@ -257,6 +262,39 @@ class LocalCluster:
         self.timings["node_ready"] = time.monotonic() - started
         self._wait(self._dns_ready, "CoreDNS ready", "coredns")
         self.timings["dns_ready"] = time.monotonic() - started
+        if self.s3:
+            self._start_s3(started)
+
+    def _start_s3(self, started: float) -> None:
+        """SeaweedFS in the node's namespace on the node's address, and the Service Pods use
+        to reach it; returns once a signed listing of the bucket succeeds."""
+        assert self._binaries is not None
+        addr = self.addresses
+        begun = time.monotonic()
+        directory = self.workdir / "s3"
+        credentials = s3_server.S3Credentials.generate()
+        credentials_file = s3_server.write_config(directory, credentials)
+        command = s3_server.weed_command(
+            self._binaries["weed"], directory, addr.node, s3_server.DEFAULT_BUCKET
+        )
+        self._spawn("seaweedfs", network.in_netns(command))
+        endpoint = s3_server.S3Endpoint(
+            url=f"http://{addr.node}:{s3_server.S3_PORT}",
+            cluster_url=s3_server.cluster_url(),
+            bucket=s3_server.DEFAULT_BUCKET,
+            credentials=credentials,
+            credentials_file=credentials_file,
+        )
+        client = endpoint.client()
+        self._wait(
+            lambda: s3_server.wait_until_serving(client, endpoint.bucket, 2.0),
+            f"S3 server serving bucket {endpoint.bucket}",
+            "seaweedfs",
+        )
+        self.kubectl("apply", "-f", "-", input_text=s3_server.service_manifest(addr.node))
+        self.s3_endpoint = endpoint
+        self.timings["s3_start"] = time.monotonic() - begun
+        self.timings["s3_ready"] = time.monotonic() - started
 
     def import_image(self, archive: Path) -> None:
         """Load an OCI archive into containerd's ``k8s.io`` namespace (what the kubelet sees)."""

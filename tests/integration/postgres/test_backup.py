@@ -168,7 +168,8 @@ async def test_a_backup_runs_as_a_job_and_follows_its_outcome(
         )
         failed = await wait_for(transport, "Backup", namespace, "full", phase_is("Failed"))
         assert condition(failed, "Failed")["message"] == (
-            "Job has reached the specified backoff limit"
+            "the Job full-backup failed: Job has reached the specified backoff limit; its Pods' "
+            f"logs say why (kubectl logs -n {namespace} job/full-backup --all-containers)"
         )
         assert condition(failed, "Complete")["status"] == "False"
 
@@ -311,3 +312,69 @@ async def test_a_backup_plan_creates_backups_on_schedule_and_prunes_them(
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_a_plan_reports_its_last_backup_failing_once_and_recovering(
+    plan_env: tuple[Client, CacheSettler], kube: Client, namespace: str
+) -> None:
+    client, settler = plan_env
+    plan = await kube.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": BACKUP_PLAN,
+            "metadata": {"name": "often", "namespace": namespace},
+            "spec": {
+                "schedule": "*/10 * * * *",
+                "backupTemplate": {"spec": {"instanceRef": {"name": "db"}, "storage": STORAGE}},
+            },
+        }
+    )
+    first = Schedule.parse("*/10 * * * *").next_after(
+        parse_time(plan["metadata"]["creationTimestamp"])
+    )
+    clock = FakeClock(first + timedelta(seconds=5))
+    recorder = EventRecorder(kube, reporting_controller="crpy.io/test", reporting_instance="t")
+    plans = PlanReconciler(client, recorder, clock=clock)
+
+    async def reconcile() -> Obj:
+        await settler.settle()
+        await plans.reconcile(Request(namespace, "often"))
+        await settler.settle()
+        return await kube.live.get(API_VERSION, BACKUP_PLAN, name="often", namespace=namespace)
+
+    async def finish_newest(phase: str, message: str = "") -> None:
+        listed = await kube.live.list(API_VERSION, BACKUP, namespace=namespace)
+        newest = max(listed, key=lambda b: b["metadata"]["name"])
+        conditions = [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "Failed",
+                "message": message,
+                "lastTransitionTime": _iso(clock.now),
+            }
+        ]
+        await kube.patch_status(
+            newest, {"status": {"phase": phase, "conditions": conditions if message else []}}
+        )
+
+    live = await reconcile()
+    assert condition(live, "LastBackupSucceeded") == {}  # nothing finished yet
+    await finish_newest("Failed", "access denied by the bucket")
+    for _ in range(3):
+        live = await reconcile()
+    failing = condition(live, "LastBackupSucceeded")
+    name = f"often-{int(first.timestamp() // 60)}"
+    assert failing["status"] == "False" and failing["reason"] == "BackupFailed"
+    assert failing["message"] == f"Backup {name} failed: access denied by the bucket"
+
+    clock.now = first + timedelta(minutes=10, seconds=5)
+    await reconcile()
+    await finish_newest("Succeeded")
+    live = await reconcile()
+    assert condition(live, "LastBackupSucceeded")["status"] == "True"
+    await recorder.close()
+    events = await kube.live.list("events.k8s.io/v1", "Event", namespace=namespace)
+    failed = [e for e in events if e.get("reason") == "BackupFailed"]
+    assert len(failed) == 1 and (failed[0].get("series") or {}).get("count", 1) == 1, failed
+    assert failed[0]["type"] == "Warning" and name in failed[0]["note"]

@@ -94,7 +94,11 @@ POSTGRES_RULES: list[Obj] = [
         "verbs": ["get", "create", "patch", "delete"],
     },
     # Plans create and prune Backups; a restore reads its Backup live (not cached there).
-    {"apiGroups": [GROUP], "resources": ["backups"], "verbs": ["get", "create", "delete"]},
+    {
+        "apiGroups": [GROUP],
+        "resources": ["backups"],
+        "verbs": ["get", "create", "delete", "patch"],
+    },
     {
         "apiGroups": [GROUP],
         "resources": [
@@ -134,7 +138,11 @@ POSTGRES_RULES: list[Obj] = [
         "verbs": ["list", "watch", "create", "patch", "delete"],
     },
     # Backup and restore Jobs.
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch", "create"]},
+    {
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "list", "watch", "create", "delete"],
+    },
     # Secrets are never cached: read live; superuser and binding Secrets are created, binding
     # Secrets updated and deleted.
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
@@ -327,6 +335,11 @@ async def postgres_scenario(
     )
     await succeed(kube, await get("jobs", "pg-restore", lambda o: o is not None, "batch/v1"))
     await get("PostgresInstance", "pg", ready)
+    # The restored-from Backup deleted: its object is deleted by a Job first.
+    await kube.delete(API_VERSION, "Backup", name="b0", namespace=namespace)
+    await succeed(kube, await get("jobs", "b0-delete", lambda o: o is not None, "batch/v1"))
+    await get("Backup", "b0", lambda o: o is None)
+    await get("jobs", "b0-delete", lambda o: o is None, "batch/v1")
     pg = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
     await kube.patch(pg, {"spec": {"replicas": 1}})
     await get("poddisruptionbudgets", "pg", lambda o: o is None, "policy/v1")
