@@ -117,7 +117,7 @@ class BackupReconciler:
         self.recorder = recorder
         self.instance_poll = 10.0
 
-    async def reconcile(self, request: Request) -> Result | None:
+    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0911,PLR0912
         try:
             backup = await self.client.get(API_VERSION, BACKUP, request)
         except NotFoundError:
