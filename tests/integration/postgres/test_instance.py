@@ -189,7 +189,15 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     assert set(superuser["data"]) == {"username", "password", "replication-password"}
     with pytest.raises(NotFoundError):
         await kube.live.get("policy/v1", "PodDisruptionBudget", name="pg", namespace=namespace)
-    pending = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
+    # The status is written after the rendered objects: wait for it, do not race it.
+    pending = await wait_for(
+        transport,
+        "PostgresInstance",
+        namespace,
+        "pg",
+        lambda obj: "endpoint" in ((obj or {}).get("status") or {}),
+    )
+    assert pending is not None
     assert condition(pending, "Ready")["status"] == "False"
     assert pending["status"]["endpoint"] == {"host": f"pg-primary.{namespace}.svc", "port": 5432}
 
