@@ -331,6 +331,31 @@ def test_data_on_the_claim_survives_deleting_the_pod(
     )
     TIMINGS["postgres_pod_deleted_to_ready"] = time.monotonic() - started
     after = get_json(cluster, "pod", pod, "-n", namespace)
+
+    def primary_service_routes_to_the_new_pod() -> bool:
+        # A Pod Ready is not yet a Service that routes to it: its EndpointSlice must list
+        # the new address as ready before a client connects through the Service.
+        slices = get_json(
+            cluster,
+            "endpointslices",
+            "-n",
+            namespace,
+            "-l",
+            f"kubernetes.io/service-name={instance.name}-primary",
+        )
+        return any(
+            after["status"].get("podIP") in e.get("addresses", [])
+            and (e.get("conditions") or {}).get("ready")
+            for s in slices.get("items", [])
+            for e in s.get("endpoints") or []
+        )
+
+    wait_for(
+        primary_service_routes_to_the_new_pod,
+        f"service {namespace}/{instance.name}-primary routes to the new pod {pod}",
+        120,
+        lambda: diagnostics(cluster, namespace, f"postgresinstance {instance.name}"),
+    )
     again = [
         v["persistentVolumeClaim"]["claimName"]
         for v in after["spec"]["volumes"]
