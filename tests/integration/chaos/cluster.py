@@ -50,6 +50,8 @@ WATCH_TIMEOUT = 5
 """The replicas' ``--watch-timeout``: a watch silent for ``[5, 10) + 10`` s is presumed dead,
 so a ``long-freeze`` (24 s) outlasts the idle window and must be noticed."""
 LONG_FREEZE = 2 * WATCH_TIMEOUT + 10 + 4
+NOTICE_GRACE = 30.0
+"""Seconds after a long freeze's thaw within which the follower's silence count must grow."""
 FAULTS = (
     "cut",
     "freeze",
@@ -299,7 +301,13 @@ async def long_freeze(chaos: Chaos) -> None:
     victim.proxy.freeze()
     await asyncio.sleep(LONG_FREEZE)
     victim.proxy.thaw()
+    # The restart is counted when the reflector acts on its idle timer, which a loaded
+    # machine can delay past the thaw: wait (bounded) for the count to grow.
+    give_up = asyncio.get_running_loop().time() + NOTICE_GRACE
     after = await asyncio.to_thread(idle_restarts, victim)
+    while after <= before and asyncio.get_running_loop().time() < give_up:
+        await asyncio.sleep(0.5)  # polling a metric: no event to await from outside
+        after = await asyncio.to_thread(idle_restarts, victim)
     same = victim.process is not None and victim.process.pid == pid and victim.running
     chaos.idle_checks.append(IdleCheck(victim.name, before, after, same))
 
