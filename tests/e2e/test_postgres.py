@@ -8,6 +8,7 @@ import json
 import time
 
 from controller_runtime.envtest.node.cluster import LocalCluster
+from tests.e2e.backups import instance_ready
 from tests.e2e.support import TIMINGS, diagnostics, new_namespace, wait_for
 
 POLICY = {
@@ -16,20 +17,6 @@ POLICY = {
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
 }
-
-
-def _ready(cluster: LocalCluster, namespace: str, name: str) -> bool:
-    out = cluster.kubectl(
-        "get",
-        "postgresinstance",
-        name,
-        "-n",
-        namespace,
-        "-o",
-        "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
-        check=False,
-    )
-    return out.strip() == "True"
 
 
 def test_one_replica_turns_ready_and_accepts_connections(
@@ -46,7 +33,7 @@ def test_one_replica_turns_ready_and_accepts_connections(
     started = time.monotonic()
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(instance))
     wait_for(
-        lambda: _ready(cluster, namespace, "db"),
+        lambda: instance_ready(cluster, namespace, "db"),
         f"postgresinstance {namespace}/db Ready",
         240,
         lambda: diagnostics(cluster, namespace, "postgresinstance db"),
