@@ -13,6 +13,8 @@ BIN := $(VENV)/bin
 INSTALL_KEY := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(INSTALL_KEY)
 PYTEST_ARGS ?=
+# TESTS narrows unit, integration and e2e to some files: make e2e TESTS=tests/e2e/test_operator.py
+TESTS ?=
 ARGS ?=
 BENCH_ARGS ?=
 BENCH_STAMP := $(VENV)/.bench-installed-$(INSTALL_KEY)
@@ -52,10 +54,10 @@ node-binaries: binaries
 	$(BIN)/python -m controller_runtime.envtest build --node
 
 # The end-to-end tests on a one-node cluster (needs root; not part of `make test`). The node's
-# binaries (not SeaweedFS, which no test uses yet) and images are built by the tests' fixtures.
+# binaries, SeaweedFS and the images are built by the tests' fixtures.
 e2e: venv binaries
 	@sh scripts/ensure-node-packages.sh
-	CRPY_E2E=1 $(BIN)/pytest tests/e2e -v -s --timeout=1800 $(PYTEST_ARGS)
+	CRPY_E2E=1 $(BIN)/pytest $(or $(TESTS),tests/e2e) -v -s --timeout=1800 $(PYTEST_ARGS)
 
 # PostgreSQL server binaries for the local server of the postgres tests and `make run`.
 postgres:
@@ -73,10 +75,10 @@ lint: venv
 typecheck: lint
 
 unit: venv
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest $(or $(TESTS),tests/unit) $(PYTEST_ARGS)
 
 integration: venv binaries
-	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest $(or $(TESTS),tests/integration) $(PYTEST_ARGS)
 
 # Tests marked chaos_only (long, or not yet passing every seed) run in `make chaos` only.
 test: lint binaries postgres

@@ -215,7 +215,13 @@ class RingMember:
         Claims count too: a member whose renewals stalled past its lease is gone for the
         others, who may take what it claimed; a step of its own that began before the stall
         must not start those slots on an answer that arrives after it."""
-        return bool(self.active or self.claims) and now - self.last_renew >= self.renew_deadline
+        return bool(self.active or self.claims) and now >= self.fence_at()
+
+    def fence_at(self) -> float:
+        """When the renew deadline passes: ``last_renew + renew_deadline``. A watchdog that
+        wakes at this time finds :meth:`fence_due` true (both use this one sum, so floating-
+        point rounding never leaves a wake-up just short of the deadline)."""
+        return self.last_renew + self.renew_deadline
 
     def fenced(self) -> None:
         """Every slot was stopped (fence or restart): nothing is worked on or claimed."""

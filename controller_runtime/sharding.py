@@ -335,10 +335,9 @@ class ShardRing:
         the loop raised)."""
         deadline = self.config.renew_deadline
         while True:
-            last = self.protocol.last_renew
             # Not holding anything: look again soon, as a step may claim at any moment.
             holding = self.active or self.claims
-            wait = max(last + deadline - self._clock(), 0.0) if holding else 0.25
+            wait = max(self.protocol.fence_at() - self._clock(), 0.0) if holding else 0.25
             done, _ = await asyncio.wait({stepping}, timeout=max(wait, 0.05))
             if stepping in done:
                 stepping.result()

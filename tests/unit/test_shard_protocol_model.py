@@ -384,7 +384,7 @@ class RingModel(RuleBasedStateMachine):
             due = [
                 (at, r)
                 for r in self.live.values()
-                if (at := max(self.now, r.member.last_renew + DEADLINE)) <= end
+                if (at := max(self.now, r.member.fence_at())) <= end
                 and r.member.fence_due(at)
             ]
             if not due:
@@ -537,3 +537,24 @@ def test_a_claim_whose_write_failed_is_not_worked_on_until_a_write_publishes_it(
     answered("r2")
     assert len(model.live["r2"].working) == SLOTS // 2
     model.no_slot_is_worked_on_by_two_replicas()
+
+
+def test_the_watchdog_fences_at_the_deadline_despite_floating_point_rounding() -> None:
+    """Found by the model: two members renewed at t=11.3 and the watchdog woke at
+    ``11.3 + 10.0``, where ``now - last_renew`` rounds to 9.999999999999998, so neither was
+    fenced; 16 s later both still worked on their slots, each seeing the other expired. The
+    deadline and the check now use one sum (:meth:`RingMember.fence_at`)."""
+    now = 11.299999999999999
+    member = RingMember(
+        "a",
+        SLOTS,
+        lease_duration=LEASE,
+        renew_deadline=DEADLINE,
+        drain_timeout=1.0,
+        clock=lambda: now,
+    )
+    member.claims = {1}
+    member.published_claims(frozenset({1}), now)
+    assert now + DEADLINE - now < DEADLINE  # the rounding that hid the deadline
+    assert not member.fence_due(member.fence_at() - 1e-9)
+    assert member.fence_due(member.fence_at())
