@@ -384,8 +384,7 @@ class RingModel(RuleBasedStateMachine):
             due = [
                 (at, r)
                 for r in self.live.values()
-                if (at := max(self.now, r.member.fence_at())) <= end
-                and r.member.fence_due(at)
+                if (at := max(self.now, r.member.fence_at())) <= end and r.member.fence_due(at)
             ]
             if not due:
                 break
