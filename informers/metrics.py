@@ -71,6 +71,13 @@ REFLECTOR_RESTARTS = Counter(
     ("resource",),
     registry=REGISTRY,
 )
+WATCHES_OPEN = Gauge(
+    "informer_watches_open",
+    "Watch streams open now: response headers received and the stream not yet ended (0 while "
+    "the reflector lists, backs off, or waits for a response).",
+    ("resource",),
+    registry=REGISTRY,
+)
 STORE_OBJECTS = Gauge(
     "informer_store_objects",
     "Objects in the informer's store.",

@@ -173,6 +173,7 @@ class Reflector:
         self._malformed_objects = metrics.MALFORMED_EVENTS.labels(label, "object")
         # Read at scrape time: nothing to update per event.
         metrics.STORE_OBJECTS.labels(label).set_function(store.__len__)
+        self._watches_open = metrics.WATCHES_OPEN.labels(label)
         self._label = label
         self._loop_time: Callable[[], float] = lambda: 0.0
 
@@ -349,6 +350,7 @@ class Reflector:
             async with asyncio.timeout(min(request.idle_timeout_seconds, 30.0)) as idle:
                 async with self.transport.stream(self._path, params, headers=headers) as response:
                     started = True
+                    self._watches_open.inc()
                     effects = machine.watch_started(loop.time())
                     pending = await self._apply_effects(effects)
                     if pending is not None:
@@ -401,6 +403,9 @@ class Reflector:
                     loop.time(), 0, reason="ConnectionError", message=repr(err)
                 )
             return machine.watch_ended(loop.time(), clean=False)
+        finally:
+            if started:
+                self._watches_open.dec()
         return machine.watch_ended(loop.time(), clean=framer.buffered_bytes == 0)
 
     # One flat function on purpose: it runs per event, and each call saved is measurable.

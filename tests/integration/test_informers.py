@@ -341,6 +341,9 @@ async def test_half_open_connection_is_detected_by_the_idle_timer(
         informer.start()
         try:
             assert await informer.wait_for_sync(30)
+            await eventually(
+                lambda: _watches_open("configmaps") == 1, timeout=30, what="the watch to open"
+            )
             before = sample(
                 "informer_watch_restarts_total", resource="configmaps", reason="idle timeout"
             )
@@ -360,14 +363,24 @@ async def test_half_open_connection_is_detected_by_the_idle_timer(
                 what="the idle timer to fire",
             )
             assert f"{namespace}/during-freeze" not in informer.store
+            # The re-opened watch gets no response headers through the frozen proxy.
+            assert _watches_open("configmaps") == 0
             proxy.thaw()
             await eventually(
                 lambda: f"{namespace}/during-freeze" in informer.store,
                 timeout=60,
                 what="catch-up after thaw",
             )
+            await eventually(
+                lambda: _watches_open("configmaps") == 1, timeout=30, what="the watch to reopen"
+            )
         finally:
             await informer.stop()
+        assert _watches_open("configmaps") == 0
+
+
+def _watches_open(resource: str) -> float:
+    return sample("informer_watches_open", resource=resource)
 
 
 async def test_server_timeout_rewatches_without_relist(

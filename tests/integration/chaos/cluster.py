@@ -50,6 +50,9 @@ WATCH_TIMEOUT = 5
 """The replicas' ``--watch-timeout``: a watch silent for ``[5, 10) + 10`` s is presumed dead,
 so a ``long-freeze`` (24 s) outlasts the idle window and must be noticed."""
 LONG_FREEZE = 2 * WATCH_TIMEOUT + 10 + 4
+WATCH_OPEN_WITHIN = 90.0
+"""Seconds a long freeze waits for its victim to have a watch open: past the longest backoff
+sleep (60 s) and a relist."""
 NOTICE_GRACE = 30.0
 """Seconds after a long freeze's thaw within which the follower's silence count must grow."""
 FAULTS = (
@@ -158,6 +161,9 @@ class IdleCheck:
     before: float
     after: float
     same_process: bool
+    watching: bool = True
+    """Whether the follower had a watch open to freeze (none within ``WATCH_OPEN_WITHIN``: the
+    check fails, as a reflector that never watches for that long is stuck)."""
 
 
 @pytest.fixture(scope="session")
@@ -297,6 +303,15 @@ async def long_freeze(chaos: Chaos) -> None:
     victim = chaos.rng.choice(followers)
     assert victim.process is not None
     pid = victim.process.pid
+    # Freeze an open watch: a reflector sleeping in its backoff (up to a minute after a run of
+    # API-server restarts) or listing has no stream whose silence it could notice.
+    give_up = asyncio.get_running_loop().time() + WATCH_OPEN_WITHIN
+    while await asyncio.to_thread(watches_open, victim) < 1:
+        if asyncio.get_running_loop().time() > give_up:
+            same = victim.process is not None and victim.process.pid == pid and victim.running
+            chaos.idle_checks.append(IdleCheck(victim.name, -1.0, -1.0, same, watching=False))
+            return
+        await asyncio.sleep(0.5)  # polling a metric: no event to await from outside
     before = await asyncio.to_thread(idle_restarts, victim)
     victim.proxy.freeze()
     await asyncio.sleep(LONG_FREEZE)
@@ -321,18 +336,29 @@ the freeze, after the server ended the old one)."""
 def idle_restarts(replica: Replica) -> float:
     """The replica's watch restarts for silence (:data:`NOTICED_SILENCE`; -1 when it does not
     answer)."""
+    return _metric_sum(
+        replica,
+        lambda line: (
+            line.startswith("informer_watch_restarts_total{")
+            and any(reason in line for reason in NOTICED_SILENCE)
+        ),
+    )
+
+
+def watches_open(replica: Replica) -> float:
+    """The replica's watch streams open now, over all its informers (-1 when it does not
+    answer)."""
+    return _metric_sum(replica, lambda line: line.startswith("informer_watches_open{"))
+
+
+def _metric_sum(replica: Replica, wanted: Callable[[str], bool]) -> float:
     url = f"http://127.0.0.1:{replica.metrics_port}/metrics"
     try:
         with urllib.request.urlopen(url, timeout=10) as answer:
             text = answer.read().decode()
     except OSError:
         return -1.0
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("informer_watch_restarts_total{")
-        and any(reason in line for reason in NOTICED_SILENCE)
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if wanted(line))
 
 
 async def compact(etcd_url: str) -> None:
@@ -565,7 +591,11 @@ async def run_chaos(
     assert not missing, f"no client metrics from {missing}"
     dead = {n: m["informer_reflector_restarts_total"] for n, m in metrics.items()
             if m.get("informer_reflector_restarts_total")}  # fmt: skip
-    unnoticed = [c for c in chaos.idle_checks if c.same_process and c.after <= c.before]
+    stuck = [c for c in chaos.idle_checks if c.same_process and not c.watching]
+    assert not stuck, f"a follower had no watch open for {WATCH_OPEN_WITHIN:.0f}s: {stuck}; {hint}"
+    unnoticed = [
+        c for c in chaos.idle_checks if c.same_process and c.watching and c.after <= c.before
+    ]
     assert not unnoticed, (
         f"a follower frozen {LONG_FREEZE}s (past its idle window) did not restart a watch for "
         f"silence: {unnoticed}; {hint}"
