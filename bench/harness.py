@@ -22,7 +22,10 @@ implementation; see :mod:`bench.kube`):
     A new process in write-heavy mode (every reconcile writes: see
     :mod:`bench.runners.stamp`) on the same namespace; ``rounds`` writes per Task. Writes per
     second from the first stamped status seen to the last. Beside it, ``limit``: a plain
-    aiohttp client making the same writes (:mod:`bench.runners.limit`).
+    aiohttp client making the same writes (:mod:`bench.runners.limit`) to a namespace of its
+    own holding the same fresh N Tasks, brought to the state the implementations' namespaces
+    are in when their write-heavy run starts (synced first, unmeasured, when ``sync`` ran), in
+    the same rotating order as the implementations.
 ``restart``
     :mod:`bench.restart`: N Tasks already reconciled (``--restart-objects``, default 100,000,
     created once and reused); each implementation starts on them and must reconcile each once,
@@ -258,6 +261,9 @@ class Launch:
     stamp: str = ""
     rounds: int = 1
     concurrency: int = 64
+    sync_only: bool = False
+    """The limit: only write the derived status of every Task, then exit (an unmeasured pass
+    that does what ``sync`` did to the implementations' namespaces)."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on 127.0.0.1:PORT (the restart scenario)."""
 
@@ -330,6 +336,8 @@ class Cluster:
                 f"--rounds={launch.rounds}",
                 f"--concurrency={launch.concurrency}",
             ]
+            if launch.sync_only:
+                command.append("--sync-only")
         elif launch.implementation == "listlimit":
             command = [
                 sys.executable,
@@ -595,7 +603,9 @@ async def run_cluster(cluster: Cluster) -> None:
             # Rotate the order, so that no implementation always runs first or last.
             shift = repeat % len(s.implementations)
             order = s.implementations[shift:] + s.implementations[:shift]
-            for implementation in order:
+            limits = [f"limit{c}" for c in s.limit_concurrency]
+            fresh = [*order, *limits] if "write-heavy" in s.scenarios else order
+            for implementation in fresh:
                 namespace = cluster.namespace(implementation, repeat)
                 say(f"creating {s.objects} Tasks in {namespace}")
                 took = await create_tasks(transport, namespace, s.objects, progress=say)
@@ -613,32 +623,62 @@ async def run_cluster(cluster: Cluster) -> None:
                 await _write_heavy_round(cluster, transport, order, repeat)
 
 
+async def _sync_limit_namespace(cluster: Cluster, launch: Launch, repeat: int) -> None:
+    """Run the limit in ``--sync-only`` mode to its exit (unmeasured)."""
+    say(f"  syncing {launch.namespace} with the plain client (not measured)")
+    child = cluster.start(launch, "write-heavy-sync", repeat)
+    try:
+        exited = await asyncio.to_thread(child.wait_exit, cluster.settings.timeout)
+    finally:
+        code = child.stop()
+    if not exited or code != 0:
+        raise RuntimeError(
+            f"the limit's sync pass on {launch.namespace} failed (exit {code}):\n{child.log_tail()}"
+        )
+
+
+def write_heavy_order(
+    implementations: Sequence[str], limit_concurrency: Sequence[int], repeat: int
+) -> list[tuple[str, int | None]]:
+    """The write-heavy runs of one round, ``(implementation, limit concurrency or None)``:
+    the implementations and the limit at each concurrency, rotated by ``repeat`` so that none
+    always runs first or last (the API server's state grows during a run)."""
+    runs: list[tuple[str, int | None]] = [(name, None) for name in implementations]
+    runs += [("limit", concurrency) for concurrency in limit_concurrency]
+    shift = repeat % len(runs)
+    return runs[shift:] + runs[:shift]
+
+
 async def _write_heavy_round(
     cluster: Cluster, transport: Any, order: Sequence[str], repeat: int
 ) -> None:
     s = cluster.settings
-    for implementation in order:
-        launch = Launch(
-            implementation,
-            cluster.namespace(implementation, repeat),
-            mode="write-heavy",
-            stamp=f"{implementation}-{cluster.run_id}-{repeat}",
-            rounds=s.write_rounds,
-        )
-        cluster.results.append(await run_write_heavy(cluster, launch, transport, repeat))
-    # The limit writes to the first implementation's namespace, with its own stamp; the best
-    # of its concurrencies is the limit.
     limits = []
-    for concurrency in s.limit_concurrency:
+    for implementation, concurrency in write_heavy_order(order, s.limit_concurrency, repeat):
+        if concurrency is None:
+            launch = Launch(
+                implementation,
+                cluster.namespace(implementation, repeat),
+                mode="write-heavy",
+                stamp=f"{implementation}-{cluster.run_id}-{repeat}",
+                rounds=s.write_rounds,
+            )
+            cluster.results.append(await run_write_heavy(cluster, launch, transport, repeat))
+            continue
+        # The limit writes to fresh Tasks of its own, synced first (unmeasured) when the
+        # implementations' were, so that every write-heavy run starts from the same state.
         launch = Launch(
             "limit",
-            cluster.namespace(order[0], repeat),
+            cluster.namespace(f"limit{concurrency}", repeat),
             mode="write-heavy",
             stamp=f"limit{concurrency}-{cluster.run_id}-{repeat}",
             rounds=s.write_rounds,
             concurrency=concurrency,
         )
+        if "sync" in s.scenarios:
+            await _sync_limit_namespace(cluster, replace(launch, sync_only=True), repeat)
         limits.append(await run_write_heavy(cluster, launch, transport, repeat))
+    # The best of the limit's concurrencies is the limit.
     cluster.results.append(max(limits, key=lambda r: r["per_second"]))
 
 

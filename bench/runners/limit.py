@@ -5,9 +5,14 @@
 
 One LIST of the namespace's Tasks, then C concurrent coroutines on one aiohttp session
 (C connections) send, per Task, ``rounds`` merge patches of the status subresource with exactly
-the body the controllers send (derived status + the ``Bench`` stamp, conditioned on the
-resourceVersion of the object as last seen, i.e. the LIST or the previous write's answer). No
-cache, no queue, no watch: the most a Python client on this machine gets from this API server.
+the body and query the controllers send (derived status + the ``Bench`` stamp, conditioned on the
+resourceVersion of the object as last seen, i.e. the LIST or the previous write's answer;
+``fieldManager=controller-runtime-py`` as ours sends). No cache, no queue, no watch: the most a
+Python client on this machine gets from this API server.
+
+``--sync-only``: write each Task's derived status once (no stamp, what the Task controller's
+sync writes) and exit; the harness uses it, unmeasured, to bring the limit's fresh Tasks to the
+state the implementations' Tasks are in after ``sync``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench.request_trace import install_from_env
 from bench.runners.stamp import stamped
 from controller_runtime.manager import install_uvloop
 from controllers.task import derive_status, utcnow
@@ -38,6 +44,7 @@ async def run(args: argparse.Namespace) -> int:
             answer.raise_for_status()
             items: list[dict[str, Any]] = orjson.loads(await answer.read())["items"]
         pending = iter(items)
+        params = {"fieldManager": args.field_manager}
         failures = 0
 
         async def write(task: dict[str, Any]) -> None:
@@ -45,13 +52,17 @@ async def run(args: argparse.Namespace) -> int:
             for _round in range(args.rounds):
                 now = utcnow()
                 derived, _ = derive_status(task, now)
-                status = stamped(
-                    derived,
-                    task.get("status"),
-                    stamp=args.stamp,
-                    rounds=args.rounds,
-                    generation=task["metadata"].get("generation"),
-                    now=now,
+                status = (
+                    derived
+                    if args.sync_only
+                    else stamped(
+                        derived,
+                        task.get("status"),
+                        stamp=args.stamp,
+                        rounds=args.rounds,
+                        generation=task["metadata"].get("generation"),
+                        now=now,
+                    )
                 )
                 if status is None:
                     return
@@ -64,6 +75,7 @@ async def run(args: argparse.Namespace) -> int:
                 url = f"{base}/{task['metadata']['name']}/status"
                 async with session.patch(
                     url,
+                    params=params,
                     data=body,
                     headers={"Content-Type": "application/merge-patch+json"},
                 ) as answer:
@@ -72,6 +84,8 @@ async def run(args: argparse.Namespace) -> int:
                         failures += 1
                         return
                 task = orjson.loads(payload)
+                if args.sync_only:
+                    return
 
         async def worker() -> None:
             for task in pending:
@@ -91,7 +105,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stamp", required=True)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--field-manager", default="controller-runtime-py")
+    parser.add_argument(
+        "--sync-only",
+        action="store_true",
+        help="write each Task's derived status (no stamp) once, then exit",
+    )
     args = parser.parse_args(argv)
+    install_from_env("limit")
     install_uvloop()
     return asyncio.run(run(args))
 
