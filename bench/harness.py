@@ -84,6 +84,7 @@ class Settings:
     write_rounds: int
     limit_concurrency: tuple[int, ...]
     repeat: int
+    limit_watch: bool
     timeout: float
     json_path: Path
     plots_dir: Path
@@ -155,6 +156,12 @@ def parser() -> argparse.ArgumentParser:
         "once each, the best is the limit (default: 16,64)",
     )
     p.add_argument(
+        "--limit-watch",
+        action="store_true",
+        help="write-heavy: also run the plain client with a watch of its namespace that "
+        "decodes every event, at --workers requests in flight (the row limit-watch)",
+    )
+    p.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -198,6 +205,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         write_rounds=args.write_rounds,
         limit_concurrency=args.limit_concurrency,
         repeat=max(1, args.repeat),
+        limit_watch=args.limit_watch,
         timeout=min(args.timeout, 120.0) if args.quick else args.timeout,
         json_path=args.json_path,
         plots_dir=args.plots_dir,
@@ -261,6 +269,8 @@ class Launch:
     stamp: str = ""
     rounds: int = 1
     concurrency: int = 64
+    watch: bool = False
+    """The limit: also watch the namespace and decode every event (``limit-watch``)."""
     sync_only: bool = False
     """The limit: only write the derived status of every Task, then exit (an unmeasured pass
     that does what ``sync`` did to the implementations' namespaces)."""
@@ -336,6 +346,8 @@ class Cluster:
                 f"--rounds={launch.rounds}",
                 f"--concurrency={launch.concurrency}",
             ]
+            if launch.watch:
+                command.append("--watch")
             if launch.sync_only:
                 command.append("--sync-only")
         elif launch.implementation == "listlimit":
@@ -354,7 +366,7 @@ class Cluster:
         command, env = self.command(launch)
         name = launch.implementation
         if name == "limit":
-            name += str(launch.concurrency)
+            name += f"{'-watch' if launch.watch else ''}{launch.concurrency}"
         log = self.settings.logs_dir / f"{scenario}-{repeat}-{name}.log"
         return Child.start(launch.implementation, command, env, log)
 
@@ -528,7 +540,7 @@ async def run_write_heavy(cluster: Cluster, launch: Launch, transport: Any, repe
     n = len(observer.objects)
     server_before = cluster.server_cpu()
     child = cluster.start(launch, "write-heavy", repeat)
-    label = f"write-heavy/{launch.implementation}"
+    label = f"write-heavy/{launch.implementation}{'-watch' if launch.watch else ''}"
     say(f"[{label}] started pid {child.pid} on {launch.namespace}, {launch.rounds} write(s)/Task")
     try:
         ok = await _progress_until(
@@ -559,7 +571,9 @@ async def run_write_heavy(cluster: Cluster, launch: Launch, transport: Any, repe
     }
     if launch.implementation == "limit":
         result["concurrency"] = launch.concurrency
-        result["version"] = f"aiohttp {cluster.versions['aiohttp']}, no framework"
+        result["version"] = f"aiohttp {cluster.versions['aiohttp']}, no framework" + (
+            ", a watch decoded with orjson" if launch.watch else ""
+        )
     else:
         result["workers"] = s.workers
     if not ok:
@@ -604,6 +618,7 @@ async def run_cluster(cluster: Cluster) -> None:
             shift = repeat % len(s.implementations)
             order = s.implementations[shift:] + s.implementations[:shift]
             limits = [f"limit{c}" for c in s.limit_concurrency]
+            limits += ["limit-watch"] if s.limit_watch else []
             fresh = [*order, *limits] if "write-heavy" in s.scenarios else order
             for implementation in fresh:
                 namespace = cluster.namespace(implementation, repeat)
@@ -638,13 +653,20 @@ async def _sync_limit_namespace(cluster: Cluster, launch: Launch, repeat: int) -
 
 
 def write_heavy_order(
-    implementations: Sequence[str], limit_concurrency: Sequence[int], repeat: int
+    implementations: Sequence[str],
+    limit_concurrency: Sequence[int],
+    repeat: int,
+    *,
+    limit_watch: int | None = None,
 ) -> list[tuple[str, int | None]]:
     """The write-heavy runs of one round, ``(implementation, limit concurrency or None)``:
-    the implementations and the limit at each concurrency, rotated by ``repeat`` so that none
-    always runs first or last (the API server's state grows during a run)."""
+    the implementations, the limit at each concurrency and, with ``limit_watch`` (its
+    concurrency), ``limit-watch``; rotated by ``repeat`` so that none always runs first or
+    last (the API server's state grows during a run)."""
     runs: list[tuple[str, int | None]] = [(name, None) for name in implementations]
     runs += [("limit", concurrency) for concurrency in limit_concurrency]
+    if limit_watch is not None:
+        runs.append(("limit-watch", limit_watch))
     shift = repeat % len(runs)
     return runs[shift:] + runs[:shift]
 
@@ -654,7 +676,10 @@ async def _write_heavy_round(
 ) -> None:
     s = cluster.settings
     limits = []
-    for implementation, concurrency in write_heavy_order(order, s.limit_concurrency, repeat):
+    runs = write_heavy_order(
+        order, s.limit_concurrency, repeat, limit_watch=s.workers if s.limit_watch else None
+    )
+    for implementation, concurrency in runs:
         if concurrency is None:
             launch = Launch(
                 implementation,
@@ -667,17 +692,26 @@ async def _write_heavy_round(
             continue
         # The limit writes to fresh Tasks of its own, synced first (unmeasured) when the
         # implementations' were, so that every write-heavy run starts from the same state.
+        watch = implementation == "limit-watch"
+        label = implementation if watch else f"limit{concurrency}"
         launch = Launch(
             "limit",
-            cluster.namespace(f"limit{concurrency}", repeat),
+            cluster.namespace(label, repeat),
             mode="write-heavy",
-            stamp=f"limit{concurrency}-{cluster.run_id}-{repeat}",
+            stamp=f"{label}-{cluster.run_id}-{repeat}",
             rounds=s.write_rounds,
             concurrency=concurrency,
+            watch=watch,
         )
         if "sync" in s.scenarios:
-            await _sync_limit_namespace(cluster, replace(launch, sync_only=True), repeat)
-        limits.append(await run_write_heavy(cluster, launch, transport, repeat))
+            await _sync_limit_namespace(
+                cluster, replace(launch, sync_only=True, watch=False), repeat
+            )
+        result = await run_write_heavy(cluster, launch, transport, repeat)
+        if watch:
+            cluster.results.append(result | {"implementation": "limit-watch"})
+        else:
+            limits.append(result)
     # The best of the limit's concurrencies is the limit.
     cluster.results.append(max(limits, key=lambda r: r["per_second"]))
 
