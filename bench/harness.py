@@ -592,6 +592,8 @@ def _summary(result: Result) -> str:
         f"peak RSS {(result['peak_rss_bytes'] or 0) / 2**20:.0f} MiB, "
         f"CPU {result['cpu_seconds'] or 0:.1f}s"
     )
+    if result.get("server_cpu_seconds") is not None:
+        text += f", server CPU {result['server_cpu_seconds']:.1f}s"
     if "p50_seconds" in result:
         text += f", lag p50 {result['p50_seconds'] * 1000:.0f} ms p99 "
         text += f"{result['p99_seconds'] * 1000:.0f} ms"

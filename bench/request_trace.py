@@ -23,6 +23,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -130,6 +131,35 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """Requests in flight over ``window`` (first start to last answer): the time-weighted
+    ``mean``, and ``histogram``: microseconds spent at each count."""
+
+    window: float
+    mean: float
+    histogram: Counter[int]
+
+
+def in_flight(records: Sequence[dict[str, Any]]) -> InFlight:
+    """Requests in flight between the first ``start`` and the last ``answered`` of
+    ``records`` (a sweep over their start and end times)."""
+    first = min(r["start"] for r in records)
+    last = max(r["answered"] for r in records)
+    events = sorted([(r["start"], 1) for r in records] + [(r["answered"], -1) for r in records])
+    count = 0
+    weighted = 0.0
+    histogram: Counter[int] = Counter()
+    previous = first
+    for at, step in events:
+        histogram[count] += round((at - previous) * 1e6)
+        weighted += count * (at - previous)
+        count += step
+        previous = at
+    window = last - first
+    return InFlight(window, weighted / window if window > 0 else 0.0, histogram)
+
+
 def summarise(path: Path) -> str:
     """A text summary of one trace file."""
     records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
@@ -156,25 +186,13 @@ def summarise(path: Path) -> str:
         f"  PATCH status bytes: sent mean {sum(sent) / len(sent):.0f}, "
         f"received mean {sum(received) / len(received):.0f}"
     )
-    first = min(r["start"] for r in writes)
-    last = max(r["answered"] for r in writes)
-    window = last - first
+    stats = in_flight(writes)
     lines.append(
-        f"  writes {len(writes)} in {window:.2f}s from the first PATCH sent to the last "
-        f"answered: {len(writes) / window:.0f}/s"
+        f"  writes {len(writes)} in {stats.window:.2f}s from the first PATCH sent to the last "
+        f"answered: {len(writes) / stats.window:.0f}/s"
     )
-    # Requests in flight, time-weighted over the write window (a sweep over start/end events).
-    events = sorted([(r["start"], 1) for r in writes] + [(r["answered"], -1) for r in writes])
-    in_flight = 0
-    weighted = 0.0
-    histogram: Counter[int] = Counter()
-    previous = first
-    for at, step in events:
-        histogram[in_flight] += int((at - previous) * 1e6)
-        weighted += in_flight * (at - previous)
-        in_flight += step
-        previous = at
-    lines.append(f"  PATCHes in flight, time-weighted mean: {weighted / window:.1f}")
+    lines.append(f"  PATCHes in flight, time-weighted mean: {stats.mean:.1f}")
+    histogram = stats.histogram
     total = sum(histogram.values()) or 1
     buckets = [(0, 0), (1, 8), (9, 16), (17, 31), (32, 32), (33, 63), (64, 10**9)]
     parts = []
