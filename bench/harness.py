@@ -22,7 +22,10 @@ implementation; see :mod:`bench.kube`):
     A new process in write-heavy mode (every reconcile writes: see
     :mod:`bench.runners.stamp`) on the same namespace; ``rounds`` writes per Task. Writes per
     second from the first stamped status seen to the last. Beside it, ``limit``: a plain
-    aiohttp client making the same writes (:mod:`bench.runners.limit`).
+    aiohttp client making the same writes (:mod:`bench.runners.limit`) to a namespace of its
+    own holding the same fresh N Tasks, brought to the state the implementations' namespaces
+    are in when their write-heavy run starts (synced first, unmeasured, when ``sync`` ran), in
+    the same rotating order as the implementations.
 ``restart``
     :mod:`bench.restart`: N Tasks already reconciled (``--restart-objects``, default 100,000,
     created once and reused); each implementation starts on them and must reconcile each once,
@@ -81,6 +84,7 @@ class Settings:
     write_rounds: int
     limit_concurrency: tuple[int, ...]
     repeat: int
+    limit_watch: bool
     timeout: float
     json_path: Path
     plots_dir: Path
@@ -152,6 +156,12 @@ def parser() -> argparse.ArgumentParser:
         "once each, the best is the limit (default: 16,64)",
     )
     p.add_argument(
+        "--limit-watch",
+        action="store_true",
+        help="write-heavy: also run the plain client with a watch of its namespace that "
+        "decodes every event, at --workers requests in flight (the row limit-watch)",
+    )
+    p.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -195,6 +205,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         write_rounds=args.write_rounds,
         limit_concurrency=args.limit_concurrency,
         repeat=max(1, args.repeat),
+        limit_watch=args.limit_watch,
         timeout=min(args.timeout, 120.0) if args.quick else args.timeout,
         json_path=args.json_path,
         plots_dir=args.plots_dir,
@@ -258,6 +269,11 @@ class Launch:
     stamp: str = ""
     rounds: int = 1
     concurrency: int = 64
+    watch: bool = False
+    """The limit: also watch the namespace and decode every event (``limit-watch``)."""
+    sync_only: bool = False
+    """The limit: only write the derived status of every Task, then exit (an unmeasured pass
+    that does what ``sync`` did to the implementations' namespaces)."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on 127.0.0.1:PORT (the restart scenario)."""
 
@@ -330,6 +346,10 @@ class Cluster:
                 f"--rounds={launch.rounds}",
                 f"--concurrency={launch.concurrency}",
             ]
+            if launch.watch:
+                command.append("--watch")
+            if launch.sync_only:
+                command.append("--sync-only")
         elif launch.implementation == "listlimit":
             command = [
                 sys.executable,
@@ -346,7 +366,7 @@ class Cluster:
         command, env = self.command(launch)
         name = launch.implementation
         if name == "limit":
-            name += str(launch.concurrency)
+            name += f"{'-watch' if launch.watch else ''}{launch.concurrency}"
         log = self.settings.logs_dir / f"{scenario}-{repeat}-{name}.log"
         return Child.start(launch.implementation, command, env, log)
 
@@ -520,7 +540,7 @@ async def run_write_heavy(cluster: Cluster, launch: Launch, transport: Any, repe
     n = len(observer.objects)
     server_before = cluster.server_cpu()
     child = cluster.start(launch, "write-heavy", repeat)
-    label = f"write-heavy/{launch.implementation}"
+    label = f"write-heavy/{launch.implementation}{'-watch' if launch.watch else ''}"
     say(f"[{label}] started pid {child.pid} on {launch.namespace}, {launch.rounds} write(s)/Task")
     try:
         ok = await _progress_until(
@@ -551,7 +571,9 @@ async def run_write_heavy(cluster: Cluster, launch: Launch, transport: Any, repe
     }
     if launch.implementation == "limit":
         result["concurrency"] = launch.concurrency
-        result["version"] = f"aiohttp {cluster.versions['aiohttp']}, no framework"
+        result["version"] = f"aiohttp {cluster.versions['aiohttp']}, no framework" + (
+            ", a watch decoded with orjson" if launch.watch else ""
+        )
     else:
         result["workers"] = s.workers
     if not ok:
@@ -570,6 +592,8 @@ def _summary(result: Result) -> str:
         f"peak RSS {(result['peak_rss_bytes'] or 0) / 2**20:.0f} MiB, "
         f"CPU {result['cpu_seconds'] or 0:.1f}s"
     )
+    if result.get("server_cpu_seconds") is not None:
+        text += f", server CPU {result['server_cpu_seconds']:.1f}s"
     if "p50_seconds" in result:
         text += f", lag p50 {result['p50_seconds'] * 1000:.0f} ms p99 "
         text += f"{result['p99_seconds'] * 1000:.0f} ms"
@@ -595,7 +619,10 @@ async def run_cluster(cluster: Cluster) -> None:
             # Rotate the order, so that no implementation always runs first or last.
             shift = repeat % len(s.implementations)
             order = s.implementations[shift:] + s.implementations[:shift]
-            for implementation in order:
+            limits = [f"limit{c}" for c in s.limit_concurrency]
+            limits += ["limit-watch"] if s.limit_watch else []
+            fresh = [*order, *limits] if "write-heavy" in s.scenarios else order
+            for implementation in fresh:
                 namespace = cluster.namespace(implementation, repeat)
                 say(f"creating {s.objects} Tasks in {namespace}")
                 took = await create_tasks(transport, namespace, s.objects, progress=say)
@@ -613,32 +640,81 @@ async def run_cluster(cluster: Cluster) -> None:
                 await _write_heavy_round(cluster, transport, order, repeat)
 
 
+async def _sync_limit_namespace(cluster: Cluster, launch: Launch, repeat: int) -> None:
+    """Run the limit in ``--sync-only`` mode to its exit (unmeasured)."""
+    say(f"  syncing {launch.namespace} with the plain client (not measured)")
+    child = cluster.start(launch, "write-heavy-sync", repeat)
+    try:
+        exited = await asyncio.to_thread(child.wait_exit, cluster.settings.timeout)
+    finally:
+        code = child.stop()
+    if not exited or code != 0:
+        raise RuntimeError(
+            f"the limit's sync pass on {launch.namespace} failed (exit {code}):\n{child.log_tail()}"
+        )
+
+
+def write_heavy_order(
+    implementations: Sequence[str],
+    limit_concurrency: Sequence[int],
+    repeat: int,
+    *,
+    limit_watch: int | None = None,
+) -> list[tuple[str, int | None]]:
+    """The write-heavy runs of one round, ``(implementation, limit concurrency or None)``:
+    the implementations, the limit at each concurrency and, with ``limit_watch`` (its
+    concurrency), ``limit-watch``; rotated by ``repeat`` so that none always runs first or
+    last (the API server's state grows during a run)."""
+    runs: list[tuple[str, int | None]] = [(name, None) for name in implementations]
+    runs += [("limit", concurrency) for concurrency in limit_concurrency]
+    if limit_watch is not None:
+        runs.append(("limit-watch", limit_watch))
+    shift = repeat % len(runs)
+    return runs[shift:] + runs[:shift]
+
+
 async def _write_heavy_round(
     cluster: Cluster, transport: Any, order: Sequence[str], repeat: int
 ) -> None:
     s = cluster.settings
-    for implementation in order:
-        launch = Launch(
-            implementation,
-            cluster.namespace(implementation, repeat),
-            mode="write-heavy",
-            stamp=f"{implementation}-{cluster.run_id}-{repeat}",
-            rounds=s.write_rounds,
-        )
-        cluster.results.append(await run_write_heavy(cluster, launch, transport, repeat))
-    # The limit writes to the first implementation's namespace, with its own stamp; the best
-    # of its concurrencies is the limit.
     limits = []
-    for concurrency in s.limit_concurrency:
+    runs = write_heavy_order(
+        order, s.limit_concurrency, repeat, limit_watch=s.workers if s.limit_watch else None
+    )
+    for implementation, concurrency in runs:
+        if concurrency is None:
+            launch = Launch(
+                implementation,
+                cluster.namespace(implementation, repeat),
+                mode="write-heavy",
+                stamp=f"{implementation}-{cluster.run_id}-{repeat}",
+                rounds=s.write_rounds,
+            )
+            cluster.results.append(await run_write_heavy(cluster, launch, transport, repeat))
+            continue
+        # The limit writes to fresh Tasks of its own, synced first (unmeasured) when the
+        # implementations' were, so that every write-heavy run starts from the same state.
+        watch = implementation == "limit-watch"
+        label = implementation if watch else f"limit{concurrency}"
         launch = Launch(
             "limit",
-            cluster.namespace(order[0], repeat),
+            cluster.namespace(label, repeat),
             mode="write-heavy",
-            stamp=f"limit{concurrency}-{cluster.run_id}-{repeat}",
+            stamp=f"{label}-{cluster.run_id}-{repeat}",
             rounds=s.write_rounds,
             concurrency=concurrency,
+            watch=watch,
         )
-        limits.append(await run_write_heavy(cluster, launch, transport, repeat))
+        if "sync" in s.scenarios:
+            await _sync_limit_namespace(
+                cluster, replace(launch, sync_only=True, watch=False), repeat
+            )
+        result = await run_write_heavy(cluster, launch, transport, repeat)
+        if watch:
+            cluster.results.append(result | {"implementation": "limit-watch"})
+        else:
+            limits.append(result)
+    # The best of the limit's concurrencies is the limit.
     cluster.results.append(max(limits, key=lambda r: r["per_second"]))
 
 

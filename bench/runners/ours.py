@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.request_trace import install_from_env
 from bench.runners.stamp import stamped
 from controller_runtime import ControllerBuilder, Request, Result, configure_logging
 from controller_runtime.client import Client
@@ -117,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging("warning", "text")
     logging.getLogger().setLevel(logging.WARNING)
+    install_from_env("ours")
     install_uvloop()
     return asyncio.run(run(args))
 
