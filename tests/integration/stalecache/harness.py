@@ -397,6 +397,8 @@ async def run_schedule(
                 "replays": sum(lagging.stats.replays.values()),
                 "delayed": sum(lagging.stats.delayed.values()),
                 "watches": sum(lagging.stats.watches.values()),
+                # dependents the scenario deleted in the garbage collector's place
+                "collected": getattr(scenario, "collected", 0),
             }
     finally:
         await scenario.teardown()
