@@ -7,11 +7,15 @@ checkout's sources, PostgreSQL 15 and the S3 client. Where the machine cannot ho
 The session's teardown asserts that the node left nothing behind: no network namespace, no
 host end of its link, no mount under its work directory, no ``kubepods`` cgroup, and the
 kernel settings the kubelet changes back to their recorded values.
+
+A test whose setup or call fails gets a report section after its own message: the state of
+every namespace it used (objects, events, ``describe`` of the Pods that are not fine, every
+Pod's logs) and the operator's namespace with its replicas' logs (``tests/e2e/failures.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,8 +29,15 @@ from controller_runtime.envtest.node.images import (
     operator_tag,
     postgres_image,
 )
+from tests.e2e.failures import failure_section, namespaces_used
 from tests.e2e.operator import install
-from tests.e2e.support import TIMINGS, Images
+from tests.e2e.support import (
+    NAMESPACES,
+    OPERATOR_NAMESPACE,
+    TIMINGS,
+    Images,
+    namespace_state,
+)
 
 _FAILED: list[str] = []
 """A session fixture that failed is retried by every test that uses it: building images or
@@ -97,3 +108,35 @@ def operator(cluster: LocalCluster, images: Images) -> str:
     """The operator installed with ``kubectl apply -k`` (2 replicas ready); its image."""
     TIMINGS["operator_install_to_ready"] = install(cluster, images.operator)
     return images.operator
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    NAMESPACES.begin(nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Append the cluster's state to the report of a failed setup or call (module docs)."""
+    report = yield
+    funcargs: dict[str, object] = getattr(item, "funcargs", {})
+    cluster = funcargs.get("cluster")
+    if report.failed and isinstance(cluster, LocalCluster):
+        namespaces = namespaces_used(
+            funcargs.values(), NAMESPACES.made_by(item.nodeid), NAMESPACES.everything()
+        )
+
+        def describe(namespace: str) -> str:
+            try:
+                return f"--- namespace {namespace}\n{namespace_state(cluster, namespace)}"
+            except Exception as err:  # a cluster that stopped answering must not hide the failure
+                return f"--- namespace {namespace}: could not be read: {err!r}"
+
+        operator_namespace = OPERATOR_NAMESPACE if "operator" in funcargs else None
+        section = failure_section(
+            report.when, report.failed, namespaces, operator_namespace, describe
+        )
+        if section is not None:
+            report.sections.append(section)
+    return report

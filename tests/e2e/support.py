@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from controller_runtime.envtest.node.cluster import LocalCluster
+from tests.e2e.failures import NamespaceLog
 
 OPERATOR_NAMESPACE = "crpy-system"
+NAMESPACES = NamespaceLog()
+"""Which test made which namespace (``new_namespace``), for the failure sections."""
 OPERATOR_SELECTOR = "app.kubernetes.io/name=crpy-operator"
 TIMINGS: dict[str, float] = {}
 """Numbers the tests measure; printed at the end of the session (docs/e2e.md)."""
@@ -31,11 +34,10 @@ def get_json(cluster: LocalCluster, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json"))
 
 
-def diagnostics(cluster: LocalCluster, namespace: str, what: str) -> str:
-    """What a failing test prints: the object, the namespace's Pods with their logs and
-    events, and the operator's logs."""
-    parts = [f"--- {what} in namespace {namespace}"]
-    parts.append(cluster.kubectl("get", "all", "-n", namespace, "-o", "wide", check=False))
+def namespace_state(cluster: LocalCluster, namespace: str) -> str:
+    """A namespace's objects, its events, ``kubectl describe`` of its Pods that are not
+    Running and ready or Succeeded, and every Pod's logs."""
+    parts = [cluster.kubectl("get", "all", "-n", namespace, "-o", "wide", check=False)]
     parts.append(
         cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False)[
             -4000:
@@ -47,26 +49,47 @@ def diagnostics(cluster: LocalCluster, namespace: str, what: str) -> str:
     )
     for pod in pods.get("items", []):
         name = pod["metadata"]["name"]
+        if not _pod_fine(pod):
+            parts.append(f"--- describe pod {namespace}/{name}")
+            described = cluster.kubectl("describe", "pod", name, "-n", namespace, check=False)
+            parts.append(described[-3000:])
         parts.append(f"--- logs of pod {namespace}/{name}")
         parts.append(
             cluster.kubectl(
                 "logs", "-n", namespace, name, "--all-containers", "--tail=40", check=False
             )
         )
+    return "\n".join(parts)
+
+
+def _pod_fine(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") == "Succeeded":
+        return True
+    ready = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return status.get("phase") == "Running" and ready.get("Ready") == "True"
+
+
+def operator_logs(cluster: LocalCluster) -> str:
+    """The last lines of each operator replica's log, each line prefixed with its Pod."""
+    return cluster.kubectl(
+        "logs",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "-l",
+        OPERATOR_SELECTOR,
+        "--tail=60",
+        "--prefix",
+        check=False,
+    )
+
+
+def diagnostics(cluster: LocalCluster, namespace: str, what: str) -> str:
+    """What a failing test prints: the object, the namespace's Pods with their logs and
+    events, and the operator's logs."""
+    parts = [f"--- {what} in namespace {namespace}", namespace_state(cluster, namespace)]
     if namespace != OPERATOR_NAMESPACE:
-        parts.append("--- operator logs")
-        parts.append(
-            cluster.kubectl(
-                "logs",
-                "-n",
-                OPERATOR_NAMESPACE,
-                "-l",
-                OPERATOR_SELECTOR,
-                "--tail=60",
-                "--prefix",
-                check=False,
-            )
-        )
+        parts += ["--- operator logs", operator_logs(cluster)]
     return "\n".join(parts)
 
 
@@ -91,6 +114,7 @@ def new_namespace(cluster: LocalCluster, prefix: str) -> str:
     makes it; a Pod created before it is refused)."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", name)
+    NAMESPACES.made(name)
     wait_for(
         lambda: bool(
             cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).strip()

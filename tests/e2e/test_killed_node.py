@@ -38,12 +38,13 @@ def test_the_next_start_cleans_up_after_a_killed_node(images: Images) -> None:
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert network.exists(), "a killed node should have left its namespace behind"
-    assert workdir.exists()
+    assert workdir.exists(), f"a killed node should have left its work directory {workdir}"
 
     with LocalCluster(crd_directory=None) as node:
         assert not workdir.exists(), f"the killed node's {workdir} is still there"
-        assert node.workdir != workdir
+        assert node.workdir != workdir, f"the new node reuses the killed node's {workdir}"
         leftovers = cleanup.pids_naming(str(workdir))
         assert not leftovers, f"processes of the killed node still run: {leftovers}"
-    assert not network.exists()
-    assert cleanup.record_kernel_settings() == before
+    assert not network.exists(), f"network namespace {network.NETNS} left after a clean stop"
+    after = cleanup.record_kernel_settings()
+    assert after == before, f"kernel settings {after} after the nodes, {before} before"

@@ -28,7 +28,9 @@ def test_two_replicas_run_restricted_one_leads_probes_green(
 ) -> None:
     namespace = get_json(cluster, "namespace", OPERATOR_NAMESPACE)
     labels = namespace["metadata"]["labels"]
-    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", (
+        f"namespace {OPERATOR_NAMESPACE} labels: {labels}"
+    )
     pods = operator_pods(cluster)
     context = _describe(cluster)
     assert len(pods) == 2, context
@@ -42,14 +44,18 @@ def test_two_replicas_run_restricted_one_leads_probes_green(
         container = pod["spec"]["containers"][0]  # type: ignore[index]
         assert container["image"].endswith(operator), context
     names = {pod["metadata"]["name"] for pod in pods}  # type: ignore[index]
-    holder = wait_for(
-        lambda: leader(cluster).split("_")[0] in names, "a leader", 60, lambda: context
+    wait_for(
+        lambda: leader(cluster).split("_")[0] in names,
+        f"lease {OPERATOR_NAMESPACE}/{LEASE} held by one of the pods {sorted(names)}",
+        60,
+        lambda: context,
     )
-    assert holder >= 0
-    assert leader(cluster).split("_")[0] in names
-    get_json(cluster, "networkpolicy", "-n", OPERATOR_NAMESPACE)
-    assert get_json(cluster, "networkpolicy", "-n", OPERATOR_NAMESPACE)["items"], context
-    assert get_json(cluster, "poddisruptionbudget", "-n", OPERATOR_NAMESPACE)["items"], context
+    assert get_json(cluster, "networkpolicy", "-n", OPERATOR_NAMESPACE)["items"], (
+        f"no NetworkPolicy in namespace {OPERATOR_NAMESPACE}\n{context}"
+    )
+    assert get_json(cluster, "poddisruptionbudget", "-n", OPERATOR_NAMESPACE)["items"], (
+        f"no PodDisruptionBudget in namespace {OPERATOR_NAMESPACE}\n{context}"
+    )
 
 
 def _task(cluster: LocalCluster, namespace: str, name: str) -> None:

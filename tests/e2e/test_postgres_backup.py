@@ -4,8 +4,9 @@ A PostgresInstance with 50k rows (about 5 MB) is backed up by the in-cluster ope
 Backup's Job runs pg_dump and the AWS CLI, the object is listed in the bucket through the S3
 API; a new instance restored from it holds the rows; deleting a Backup deletes its object; a
 BackupPlan on a one-minute schedule creates Backups and its retention prunes them from the
-cluster and from the bucket; wrong credentials and an instance deleted mid-backup end in a
-clear terminal state with nothing stuck.
+cluster and from the bucket; wrong credentials end in a clear terminal state with nothing stuck;
+an instance deleted mid-backup fails the Backup with reason ``InstanceDeleted`` and a Warning
+Event, or, when the Job finished first, leaves a complete object in the bucket.
 """
 
 from __future__ import annotations
@@ -144,7 +145,9 @@ def test_deleting_a_backup_deletes_its_object(cluster: LocalCluster, filled: Fil
         lambda: diagnostics(cluster, ns, "backup to-delete"),
     )
     TIMINGS["backup_delete_to_gone"] = time.monotonic() - started
-    assert key not in bucket_keys(cluster, key), f"object {key} stayed in the bucket"
+    assert key not in bucket_keys(cluster, key), (
+        f"object {key} of deleted backup {ns}/to-delete stayed in the bucket"
+    )
     wait_for(
         lambda: not [j for j in jobs_in(cluster, ns) if j.startswith("to-delete")],
         f"the Jobs of backup {ns}/to-delete gone",
@@ -209,8 +212,12 @@ def test_plan_creates_backups_and_retention_prunes_them_from_the_bucket(
         f"pruned backup {first} left its object in the bucket: {objects}"
     )
     plan = get_json(cluster, "backupplan", "nightly", "-n", ns)
-    assert (plan.get("status") or {}).get("lastSuccessfulTime"), f"{plan.get('status')}"
-    assert condition(plan, "LastBackupSucceeded").get("status") == "True", describe()
+    assert (plan.get("status") or {}).get("lastSuccessfulTime"), (
+        f"backupplan {ns}/nightly: {plan.get('status')}"
+    )
+    assert condition(plan, "LastBackupSucceeded").get("status") == "True", (
+        f"backupplan {ns}/nightly: {plan.get('status')}\n{describe()}"
+    )
 
     def denied_plan() -> dict[str, Any]:
         return dict(get_json(cluster, "backupplan", "denied", "-n", ns))
@@ -222,7 +229,7 @@ def test_plan_creates_backups_and_retention_prunes_them_from_the_bucket(
         lambda: diagnostics(cluster, ns, "backupplan denied"),
     )
     message = condition(denied_plan(), "LastBackupSucceeded")["message"]
-    assert "denied-" in message and "failed" in message, message
+    assert "denied-" in message and "failed" in message, f"backupplan {ns}/denied: {message}"
     events = cluster.kubectl(
         "get",
         "events",
@@ -231,10 +238,11 @@ def test_plan_creates_backups_and_retention_prunes_them_from_the_bucket(
         "--field-selector",
         "reason=BackupFailed,involvedObject.kind=BackupPlan",
     )
-    assert "denied" in events, f"no BackupFailed event on backupplan denied: {events}"
+    assert "denied" in events, f"no BackupFailed event on backupplan {ns}/denied: {events}"
     denied_jobs = [j for j in jobs_in(cluster, ns) if j.startswith("denied-2")]
-    assert len(denied_jobs) <= 2, f"failed Backups pile up: Jobs {denied_jobs}"
-    assert not bucket_keys(cluster, f"e2e/{ns}/db/denied-"), "a denied upload landed"
+    assert len(denied_jobs) <= 2, f"backupplan {ns}/denied: failed Backups pile up: {denied_jobs}"
+    landed = bucket_keys(cluster, f"e2e/{ns}/db/denied-")
+    assert not landed, f"backupplan {ns}/denied: a denied upload landed: {landed}"
     cluster.kubectl("delete", "backupplan", "nightly", "denied", "-n", ns)
 
 
@@ -262,7 +270,7 @@ def test_wrong_credentials_fail_the_backup_clearly(cluster: LocalCluster, filled
     assert condition(backup, "Failed").get("status") == "True", why
     assert condition(backup, "Complete").get("status") == "False", why
     events = cluster.kubectl("get", "events", "-n", ns, "--field-selector", "reason=BackupFailed")
-    assert "refused" in events, f"no BackupFailed event: {events}\n{why}"
+    assert "refused" in events, f"no BackupFailed event on backup {ns}/refused: {events}\n{why}"
     assert [j for j in jobs_in(cluster, ns) if j.startswith("refused")] == ["refused-backup"], why
     pods = get_json(cluster, "pods", "-n", ns, "-l", "postgres.crpy.io/backup=refused")["items"]
     assert 1 <= len(pods) <= 3, f"{len(pods)} Pods for one Backup (backoffLimit 2)\n{why}"
@@ -300,9 +308,37 @@ def test_instance_deleted_while_its_backup_runs(cluster: LocalCluster, operator:
     )
     backup = get_backup(cluster, ns, "orphan")
     why = f"backup {ns}/orphan: {backup.get('status')}\n" + diagnostics(cluster, ns, "orphan")
-    if backup["status"]["phase"] == "Failed":
-        assert condition(backup, "Failed").get("message"), why
-    print(f"\nbackup {ns}/orphan ended {backup['status']['phase']}: {condition(backup, 'Failed')}")
+    phase = backup["status"]["phase"]
+    key = f"e2e/{ns}/doomed/orphan.dump"
+    if phase == "Failed":
+        # The operator saw the deletion before the Job finished: it says so and stops the Job.
+        failed = condition(backup, "Failed")
+        assert failed.get("status") == "True" and failed.get("reason") == "InstanceDeleted", why
+        assert "PostgresInstance 'doomed'" in failed.get("message", ""), why
+        assert condition(backup, "Complete").get("reason") == "InstanceDeleted", why
+        assert backup["status"].get("completionTime"), why
+        warning = _event_of_backup(cluster, ns, "orphan", "BackupFailed")
+        assert warning.get("type") == "Warning", f"backup {ns}/orphan: event {warning}\n{why}"
+        assert "PostgresInstance 'doomed'" in warning.get("message", ""), f"{warning}\n{why}"
+        wait_for(
+            lambda: "orphan-backup" not in jobs_in(cluster, ns),
+            f"the Job of backup {ns}/orphan deleted after its instance was",
+            60,
+            lambda: why,
+        )
+        assert key not in bucket_keys(cluster, key), (
+            f"backup {ns}/orphan failed but its object {key} is in the bucket\n{why}"
+        )
+    else:
+        # The Job finished before the operator saw the deletion: the dump must be complete.
+        assert phase == "Succeeded", why
+        assert condition(backup, "Complete").get("status") == "True", why
+        assert key_of(backup["status"]["location"], s3_endpoint(cluster).bucket) == key, why
+        size = bucket_keys(cluster, key).get(key, 0)
+        assert size > 100_000, f"backup {ns}/orphan succeeded, its object {key}: {size} B\n{why}"
+        done = _event_of_backup(cluster, ns, "orphan", "BackupSucceeded")
+        assert done.get("type") == "Normal", f"backup {ns}/orphan: event {done}\n{why}"
+    print(f"\nbackup {ns}/orphan ended {phase}: {condition(backup, 'Failed')}")
     cluster.kubectl("delete", "backup", "orphan", "-n", ns, timeout=120)
     assert not get_backup(cluster, ns, "orphan"), why
     assert not bucket_keys(cluster, f"e2e/{ns}/"), f"objects left after deletion\n{why}"
@@ -326,3 +362,24 @@ def test_instance_deleted_while_its_backup_runs(cluster: LocalCluster, operator:
         lambda: diagnostics(cluster, ns, "backup after"),
     )
     cluster.kubectl("delete", "namespace", ns, timeout=180)
+
+
+def _event_of_backup(cluster: LocalCluster, ns: str, name: str, reason: str) -> dict[str, Any]:
+    """The Event ``reason`` recorded on Backup ``name`` (events are written asynchronously,
+    so it is waited for; the test fails without it)."""
+    selector = f"involvedObject.kind=Backup,involvedObject.name={name},reason={reason}"
+    found: list[dict[str, Any]] = []
+
+    def recorded() -> bool:
+        found[:] = get_json(cluster, "events", "-n", ns, "--field-selector", selector)["items"]
+        return bool(found)
+
+    wait_for(
+        recorded,
+        f"a {reason} event on backup {ns}/{name}",
+        30,
+        lambda: cluster.kubectl(
+            "get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}"
+        ),
+    )
+    return dict(found[-1])

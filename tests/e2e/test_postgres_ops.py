@@ -273,7 +273,11 @@ def test_binding_secret_used_by_an_app_then_deleted_drops_the_role(
     context = f"pod {namespace}/app with binding shop's Secret: {written}"
     assert f"rows:1:{role}" in written and "exit:0" in written, context
     count = f"SELECT 'roles:' || count(*) FROM pg_roles WHERE rolname = '{role}'"
-    assert "roles:1" in _sql(cluster, instance, "admin-role-before", count)
+    roles = _sql(cluster, instance, "admin-role-before", count)
+    assert "roles:1" in roles, (
+        f"role {role} of servicebinding {namespace}/shop not in postgresinstance "
+        f"{namespace}/{instance.name}: {roles}"
+    )
 
     cluster.kubectl("delete", "servicebinding", "shop", "-n", namespace, timeout=120)
     assert "roles:0" in _sql(cluster, instance, "admin-role-after", count), (

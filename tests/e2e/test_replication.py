@@ -210,12 +210,20 @@ def test_scale_back_to_one_keeps_the_data(cluster: LocalCluster, namespace: str)
         120,
         lambda: diagnostics(cluster, namespace, f"postgresinstance {NAME}"),
     )
-    assert _psql(cluster, namespace, 0, f"SELECT v FROM marks WHERE v = '{marker}'") == marker
+    kept = _psql(cluster, namespace, 0, f"SELECT v FROM marks WHERE v = '{marker}'")
+    assert kept == marker, (
+        f"postgresinstance {namespace}/{NAME} scaled 3 → 1: row {marker!r} read on pod "
+        f"{NAME}-0 as {kept!r}"
+    )
     # Without standbys, a commit must not wait for one (synchronous mode is off at 1 replica).
     later = _write_marker(cluster, namespace)
-    assert _psql(cluster, namespace, 0, f"SELECT count(*) FROM marks WHERE v = '{later}'") == "1"
+    count = _psql(cluster, namespace, 0, f"SELECT count(*) FROM marks WHERE v = '{later}'")
+    assert count == "1", (
+        f"postgresinstance {namespace}/{NAME} at 1 replica: row {later!r} written on pod "
+        f"{NAME}-0 counted {count!r} times"
+    )
     settings = _psql(cluster, namespace, 0, "SHOW synchronous_standby_names")
-    assert settings == "", f"{namespace}/{NAME}-0 still waits for standbys: {settings!r}"
+    assert settings == "", f"pod {namespace}/{NAME}-0 still waits for standbys: {settings!r}"
 
 
 def test_parameter_change_rolls_the_pods_and_is_live(cluster: LocalCluster, namespace: str) -> None:
