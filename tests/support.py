@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from controllers.postgres.api import POLICY, POLICY_NAME
 from controllers.postgres.localserver import LocalPostgres
 from informers._framing import LineFramer
 from kubeclient.config import load_kubeconfig
+from kubeclient.errors import ConflictError, NotFoundError
 from kubeclient.transport import Transport
 
 Event = Mapping[str, Any]
@@ -141,3 +143,53 @@ async def create_external_instance(
             },
         },
     )
+
+
+async def collect_binding_orphans(transport: Transport, namespace: str) -> int:
+    """Delete, as the garbage collector would (none runs on the local control plane), every
+    Secret and PostgresUser in ``namespace`` whose controlling ServiceBinding is gone; return
+    how many were deleted.
+
+    It matters because the API server can delete a binding whose finalizer was added
+    concurrently (kubernetes/kubernetes#77988, open in 1.36): the DELETE decided on the object
+    as it was before the finalizer, so the binding's cleanup never runs, while the reconcile
+    that added the finalizer goes on to create the binding's Secret and PostgresUser. In a
+    cluster the collector removes them (their owner's UID is gone) and the PostgresUser's own
+    finalizer drops the role. Like the collector, this checks the owner live, by name and UID,
+    before deleting (``Background``, with the dependent's UID as a precondition).
+    """
+    bindings = f"/apis/{PG_API_VERSION}/namespaces/{namespace}/servicebindings"
+    dependents: list[tuple[str, Mapping[str, Any]]] = []
+    for base in (
+        f"/api/v1/namespaces/{namespace}/secrets",
+        bindings.replace("servicebindings", "postgresusers"),
+    ):
+        listed = await transport.get_json(base)
+        dependents += [(base, obj) for obj in listed.get("items") or []]
+    collected = 0
+    for base, obj in dependents:
+        meta = obj["metadata"]
+        owner = next(
+            (
+                ref
+                for ref in meta.get("ownerReferences") or []
+                if ref.get("controller") and ref.get("kind") == "ServiceBinding"
+            ),
+            None,
+        )
+        if owner is None:
+            continue
+        try:
+            live = await transport.get_json(f"{bindings}/{owner['name']}")
+        except NotFoundError:
+            live = None
+        if live is not None and live["metadata"].get("uid") == owner.get("uid"):
+            continue
+        with contextlib.suppress(NotFoundError, ConflictError):
+            await transport.request(
+                "DELETE",
+                f"{base}/{meta['name']}",
+                body={"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}},
+            )
+            collected += 1
+    return collected

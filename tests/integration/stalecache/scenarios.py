@@ -36,7 +36,7 @@ from controllers.postgres.localserver import LocalPostgres
 from controllers.task import TASK_API_VERSION, derive_status, setup_task_controller
 from kubeclient.errors import AlreadyExistsError, ConflictError, NotFoundError
 from kubeclient.transport import Transport
-from tests.support import create_external_instance
+from tests.support import collect_binding_orphans, create_external_instance
 
 Obj = dict[str, Any]
 OPTIONS = ControllerOptions(skip_name_validation=True, max_concurrent_reconciles=2)
@@ -152,7 +152,7 @@ class BindingScenario:
         self.namespace = ""
         self._passwords: dict[str, str] = {}
         self.collected = 0
-        """Dependents deleted in the garbage collector's place (:meth:`_play_garbage_collector`)."""
+        """Dependents deleted in the garbage collector's place (``collect_binding_orphans``)."""
 
     @property
     def _bindings(self) -> str:
@@ -190,53 +190,6 @@ class BindingScenario:
         listed = await self.transport.get_json(f"/api/v1/namespaces/{self.namespace}/secrets")
         return [s for s in listed.get("items") or [] if s["metadata"]["name"] != "db-admin"]
 
-    async def _play_garbage_collector(self) -> None:
-        """Delete, as the garbage collector would (none runs on this control plane), every
-        Secret and PostgresUser whose controlling ServiceBinding is gone.
-
-        It matters because the API server can delete a binding whose finalizer was added
-        concurrently (kubernetes/kubernetes#77988, open in 1.36): the DELETE decided on the
-        object as it was before the finalizer, so the cleanup never runs, while the reconcile
-        that added the finalizer goes on to create the binding's Secret and PostgresUser. In
-        a cluster the collector removes them (their owner's UID is gone) and the
-        PostgresUser's own finalizer drops the role; here the scenario does the collector's
-        part. Like the collector, it checks the owner live, by name and UID, before deleting.
-        """
-        users = await self.transport.get_json(
-            f"/apis/{API_VERSION}/namespaces/{self.namespace}/postgresusers"
-        )
-        dependents = [("v1", "secrets", s) for s in await self._secrets()]
-        dependents += [(API_VERSION, "postgresusers", u) for u in users.get("items") or []]
-        for api_version, plural, obj in dependents:
-            meta = obj["metadata"]
-            owner = next(
-                (
-                    ref
-                    for ref in meta.get("ownerReferences") or []
-                    if ref.get("controller") and ref.get("kind") == "ServiceBinding"
-                ),
-                None,
-            )
-            if owner is None:
-                continue
-            try:
-                live = await self.transport.get_json(f"{self._bindings}/{owner['name']}")
-            except NotFoundError:
-                live = None
-            if live is not None and live["metadata"].get("uid") == owner.get("uid"):
-                continue
-            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            with contextlib.suppress(NotFoundError, ConflictError):
-                await self.transport.request(
-                    "DELETE",
-                    f"{base}/namespaces/{self.namespace}/{plural}/{meta['name']}",
-                    body={
-                        "propagationPolicy": "Background",
-                        "preconditions": {"uid": meta["uid"]},
-                    },
-                )
-            self.collected += 1
-
     async def violations(self) -> list[str]:
         out: list[str] = []
         owners: dict[str, list[str]] = {}
@@ -257,7 +210,8 @@ class BindingScenario:
         return out
 
     async def unconverged(self) -> list[str]:
-        await self._play_garbage_collector()
+        # The garbage collector's part (see collect_binding_orphans: kubernetes#77988).
+        self.collected += await collect_binding_orphans(self.transport, self.namespace)
         out: list[str] = []
         listed = await self.transport.get_json(self._bindings)
         bindings = {b["metadata"]["name"]: b for b in listed.get("items") or []}

@@ -242,7 +242,7 @@ async def test_regression_binding_deleted_recreated_deleted_while_the_cache_reli
     (kubernetes/kubernetes#77988). The finalizer PATCH succeeds, the DELETE removes the
     object anyway, and the reconcile creates the Secret and PostgresUser for a binding that
     is gone; in a cluster the garbage collector removes them. The scenario now plays the
-    collector (``BindingScenario._play_garbage_collector``), so this checks that, with it,
+    collector (``tests.support.collect_binding_orphans``), so this checks that, with it,
     nothing outlives the binding: the PostgresUser's finalizer drops the role."""
     schedule: list[Step] = [
         Expire("secrets"),
