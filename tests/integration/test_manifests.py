@@ -11,10 +11,13 @@ cache with plain LISTs as on API servers without streaming lists. Every controll
 (the documented uninstall order, so finalizers are handled), and every request the operator
 made is recorded. Then: no request was denied, every request is allowed by the manifests'
 rules as modelled (``tests/rbac_usage.py``), and every granted rule was used. Finally
-``kubectl delete -k manifests/`` removes the installation.
+``kubectl delete -k manifests/`` removes the installation. It runs twice: for the base, and
+for the sharded variant applied on top of it (``manifests/sharded/``: the Task controller
+sharded over a ring of Leases with the ring's own Role, the other controllers leader-elected),
+where both replicas also work on their own slots of the ring.
 
 The tests that install do so on a local control plane started for this module (they install
-cluster-wide objects); the last one starts another, since it also uninstalls. With
+cluster-wide objects); the last one starts another each time, since it also uninstalls. With
 ``USE_EXISTING_CLUSTER`` they are skipped.
 """
 
@@ -105,11 +108,36 @@ def kubectl(
     return result
 
 
+VARIANTS: dict[str, tuple[Path, ...]] = {
+    "base": (MANIFESTS,),
+    # Applied on top of the base, in this order (docs/deploy.md): the Deployment replaced,
+    # the ring's Role and RoleBinding added.
+    "sharded": (MANIFESTS, MANIFESTS / "sharded"),
+}
+"""Each installable variant: the kustomizations ``kubectl apply -k`` takes, in order."""
+
+
+def render(directory: Path) -> list[Doc]:
+    """What ``kubectl apply -k <directory>`` sends: the kustomization rendered."""
+    out = kubectl(None, "kustomize", str(directory)).stdout
+    return [d for d in yaml.safe_load_all(out) if isinstance(d, dict)]
+
+
+def render_variant(variant: str) -> list[Doc]:
+    """The objects a variant's applies leave: a later kustomization's object replaces an
+    earlier one of the same kind, namespace and name."""
+    objects: dict[tuple[str, str, str], Doc] = {}
+    for directory in VARIANTS[variant]:
+        for doc in render(directory):
+            meta = doc["metadata"]
+            objects[(doc["kind"], meta.get("namespace", ""), meta["name"])] = doc
+    return list(objects.values())
+
+
 @pytest.fixture(scope="module")
 def rendered() -> list[Doc]:
     """What ``kubectl apply -k manifests/`` sends: the kustomization rendered."""
-    out = kubectl(None, "kustomize", str(MANIFESTS)).stdout
-    return [d for d in yaml.safe_load_all(out) if isinstance(d, dict)]
+    return render(MANIFESTS)
 
 
 def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
@@ -139,9 +167,12 @@ def operator_args(docs: list[Doc]) -> list[str]:
     return list(container["args"])
 
 
-def install(plane: ControlPlane, docs: list[Doc]) -> subprocess.CompletedProcess[str]:
-    """``kubectl apply -k manifests/``, then wait until the CRDs are established."""
-    applied = kubectl(plane, "apply", "-k", str(MANIFESTS))
+def install(
+    plane: ControlPlane, docs: list[Doc], variant: str = "base"
+) -> subprocess.CompletedProcess[str]:
+    """``kubectl apply -k manifests/`` (then the variant's other kustomizations), then wait
+    until the CRDs are established. Returns the first apply."""
+    applied, *_ = [kubectl(plane, "apply", "-k", str(d)) for d in VARIANTS[variant]]
     crds = [f"crd/{d['metadata']['name']}" for d in of_kind(docs, "CustomResourceDefinition")]
     kubectl(plane, "wait", "--for=condition=Established", f"--timeout={TIMEOUT:.0f}s", *crds)
     return applied
@@ -446,14 +477,34 @@ def test_every_controller_has_an_rbac_scenario() -> None:
 class Replica:
     manager: Manager
     run: asyncio.Task[None]
+    ring_transport: Transport | None = None
 
 
 async def start_replica(
-    settings: OperatorSettings, config: ClusterConfig, log: RequestLog, *, streaming: bool
+    settings: OperatorSettings,
+    config: ClusterConfig,
+    log: RequestLog,
+    *,
+    streaming: bool,
+    ring_log: RequestLog | None = None,
 ) -> Replica:
-    """The operator as ``python -m controllers`` builds it, with every request recorded."""
+    """The operator as ``python -m controllers`` builds it, with every request recorded.
+
+    With a shard ring, the ring talks through a transport of its own (same identity), whose
+    requests ``ring_log`` records too: they tell which Lease requests are the ring's (the
+    ring's Lease creates look like leader election's)."""
     manager = build_manager(settings, config)
     manager.transport.on_request = log.record
+    ring_transport = None
+    if manager.shard_ring is not None:
+        assert ring_log is not None
+
+        def record(method: str, path: str, params: Mapping[str, str] | None, status: int) -> None:
+            log.record(method, path, params, status)
+            ring_log.record(method, path, params, status)
+
+        ring_transport = Transport(config, on_request=record)
+        manager.shard_ring.transport = ring_transport
     if not streaming:
         manager.factory.options = ReflectorOptions(streaming_list=False)
     # What controllers.app.setup_controllers does, but with skip_name_validation: controller
@@ -462,7 +513,8 @@ async def start_replica(
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
         options = ControllerOptions(max_concurrent_reconciles=workers, skip_name_validation=True)
         await CONTROLLERS[name](manager, options)
-    return Replica(manager, asyncio.create_task(manager.run(), name="operator-replica"))
+    run = asyncio.create_task(manager.run(), name="operator-replica")
+    return Replica(manager, run, ring_transport)
 
 
 async def wait_or_fail(
@@ -495,7 +547,11 @@ async def wait_or_fail(
 
 async def stop(replica: Replica) -> None:
     replica.manager.request_stop()
-    await asyncio.wait_for(replica.run, TIMEOUT)
+    try:
+        await asyncio.wait_for(replica.run, TIMEOUT)
+    finally:
+        if replica.ring_transport is not None:
+            await replica.ring_transport.close()
 
 
 async def objects_written(admin: Transport, log: RequestLog) -> list[Doc]:
@@ -559,11 +615,29 @@ def fresh_plane() -> Iterator[ControlPlane]:
         yield fresh
 
 
+async def ring_split(replicas: list[Replica]) -> None:
+    """Until every replica works on some slots of the ring and together they work on each
+    slot once (the rings' state in this process: polled, no event marks it)."""
+    rings = [ring for r in replicas if (ring := r.manager.shard_ring) is not None]
+    assert len(rings) == len(replicas)
+    every = list(range(rings[0].config.slots))
+    while True:
+        active = [ring.active for ring in rings]
+        if all(active) and sorted(slot for slots in active for slot in slots) == every:
+            return
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
 async def test_the_operator_runs_under_its_manifests_rbac_and_uses_every_rule(
-    fresh_plane: ControlPlane, rendered: list[Doc]
+    fresh_plane: ControlPlane, variant: str
 ) -> None:
+    """The base install (leader election), and the sharded variant on top of it (the Task
+    controller sharded over a ring of Leases, the others leader-elected): the same checks,
+    each against its own RBAC."""
     plane = fresh_plane
-    install(plane, rendered)
+    rendered = render_variant(variant)
+    install(plane, rendered, variant)
     namespace, account = operator_account(rendered)
     grants = grants_for(rendered, namespace, account)
     assert grants, "the manifests grant the operator nothing"
@@ -581,8 +655,11 @@ async def test_the_operator_runs_under_its_manifests_rbac_and_uses_every_rule(
         ]
     )
     assert settings.leader_elect
+    sharded = variant == "sharded"
+    assert (settings.shard_ring is not None) == sharded
 
     log = RequestLog()
+    ring_log = RequestLog()  # the shard ring's requests (sharded variant)
     replicas: list[Replica] = []
     async with Transport(admin_config) as admin:
         await wait_served(admin, rendered)
@@ -591,16 +668,20 @@ async def test_the_operator_runs_under_its_manifests_rbac_and_uses_every_rule(
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.namespace}}
             await admin.request("POST", "/api/v1/namespaces", body=body)
         try:
-            leader = await start_replica(settings, config, log, streaming=True)
+            leader = await start_replica(settings, config, log, streaming=True, ring_log=ring_log)
             replicas.append(leader)
             assert leader.manager.elector is not None
             await wait_or_fail("leading", leader.manager.elector.became_leader.wait(), log, leader)
-            follower = await start_replica(settings, config, log, streaming=False)
+            follower = await start_replica(
+                settings, config, log, streaming=False, ring_log=ring_log
+            )
             replicas.append(follower)
             await wait_or_fail(
                 "the follower's cache", follower.manager.cache.wait_for_sync(TIMEOUT), log, follower
             )
             assert not follower.manager.is_leader
+            if sharded:  # both replicas work on Tasks, each on its own slots
+                await wait_or_fail("the ring's split", ring_split(replicas), log, *replicas)
 
             ran: set[Scenario] = set()
             for name, scene in scenes.items():
@@ -652,8 +733,28 @@ async def test_the_operator_runs_under_its_manifests_rbac_and_uses_every_rule(
         + "\n".join(used)
     )
 
-    # Uninstall: the custom resources are gone already; now everything else.
-    kubectl(plane, "delete", "-k", str(MANIFESTS), "--wait=false")
+    if sharded:
+        # The ring's Role on its own: exactly what the ring does, no more, no less (its
+        # create overlaps leader election's Role, which the checks above cannot tell apart).
+        ring_grants = grants_for(render(VARIANTS[variant][-1]), namespace, account)
+        assert ring_grants, "manifests/sharded/ grants the ring nothing"
+        ring_accesses = ring_log.accesses()
+        beyond = [str(a) for a in ungranted_accesses(ring_grants, ring_accesses)]
+        assert not beyond, "the ring needs rights beyond its own Role:\n" + "\n".join(beyond)
+        idle = [str(g) for g in unused_grants(ring_grants, ring_accesses)]
+        ring_used = sorted({str(a) for a in ring_accesses if a.authorized})
+        assert not idle, (
+            "granted by the ring's Role but never used by the ring:\n"
+            + "\n".join(idle)
+            + "\n\nwhat the ring did:\n"
+            + "\n".join(ring_used)
+        )
+
+    # Uninstall: the custom resources are gone already; now everything else, the variant's
+    # kustomizations in reverse order (the base's Deployment went with the sharded one).
+    for i, directory in enumerate(reversed(VARIANTS[variant])):
+        gone_already = ["--ignore-not-found"] if i else []
+        kubectl(plane, "delete", "-k", str(directory), "--wait=false", *gone_already)
     remaining = [d for d in rendered if d["kind"] != "Namespace"]
     for doc in remaining:
         kubectl(plane, "wait", "--for=delete", *ref(doc), f"--timeout={TIMEOUT:.0f}s")

@@ -284,15 +284,21 @@ async def scenario(
             timings["touched"] = await touching
             timings["converge_after_crash"] = await until_converged(transport, namespace, 600)
 
-            # c comes back and rejoins; then a leaves cleanly (SIGTERM drains and releases).
+            # c comes back and rejoins; then a leaves cleanly (SIGTERM drains and releases)
+            # while Tasks keep changing, and the changes to a's Tasks are not lost.
             proxy.thaw()
             back = [a, c, d]
             await until(lambda: balanced(back), 120, "the cut-off replica to rejoin")
-            a.terminate()
+            stop = asyncio.Event()
+            touching = asyncio.create_task(keep_touching(transport, namespace, count, stop))
+            leaving = asyncio.create_task(asyncio.to_thread(a.terminate))
             timings["clean_leave"] = await until(
                 lambda: balanced([c, d]), 120, "the others to take over a clean leave"
             )
-            assert a.process.returncode == 0
+            assert await leaving == 0
+            stop.set()
+            timings["touched_during_leave"] = await touching
+            timings["converge_after_leave"] = await until_converged(transport, namespace, 600)
 
             total, found = overlaps([a, b, c, d], time.monotonic())
             assert total >= count  # every Task was reconciled at least once
