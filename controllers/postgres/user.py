@@ -166,6 +166,16 @@ class UserReconciler:
         except sql.DatabaseError as err:
             await not_ready("DatabaseError", str(err))
             raise
+        if changed.role_created and await self._gone(user):
+            # Deleted while we created its role: its finalizer will never run. The API server
+            # can delete an object whose finalizer was added concurrently
+            # (kubernetes/kubernetes#77988), and a new leader's cache can lag behind a
+            # deletion; either way nothing else would ever drop this role.
+            await sql.drop_role(info, role.name, role.database)
+            reconcile_logger(__name__).info(
+                "dropped role %s again: its PostgresUser was deleted meanwhile", role.name
+            )
+            return None
         self._announce(user, role, changed)
         set_conditions(
             status,
@@ -179,6 +189,18 @@ class UserReconciler:
         )
         await write_status(self.client, user, status)
         return Result(requeue_after=self.resync_after)
+
+    async def _gone(self, user: Obj) -> bool:
+        """Whether no PostgresUser of this name exists on the server any more (one re-created
+        under the same name keeps the role: it is its role too)."""
+        meta = user["metadata"]
+        try:
+            await self.client.live.get(
+                API_VERSION, USER, name=meta["name"], namespace=meta["namespace"]
+            )
+        except NotFoundError:
+            return True
+        return False
 
     def _announce(self, user: Obj, role: sql.RoleSpec, changed: sql.RoleOutcome) -> None:
         """Log and record what ``ensure_role`` changed."""

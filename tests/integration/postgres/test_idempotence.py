@@ -21,7 +21,15 @@ from controller_runtime.client import Client
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
 from controller_runtime.util import EventRecorder
-from controllers.postgres.api import API_VERSION, BINDING, INSTANCE, LABEL_BINDING, POLICY, USER
+from controllers.postgres.api import (
+    API_VERSION,
+    BINDING,
+    INSTANCE,
+    LABEL_BINDING,
+    POLICY,
+    USER,
+    USER_FINALIZER,
+)
 from controllers.postgres.binding import BindingReconciler
 from controllers.postgres.common import decode_secret
 from controllers.postgres.instance import InstanceReconciler
@@ -228,3 +236,65 @@ async def test_repeated_and_stale_reconciles_keep_one_role_and_one_password(
     user = users_listed[0]
     ready: Mapping[str, Any] = next(c for c in user["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
+
+
+async def test_a_role_created_for_a_user_deleted_meanwhile_is_dropped_again(
+    lagging: LaggingClient,
+    kube: Client,
+    namespace: str,
+    postgres_server: LocalPostgres,
+) -> None:
+    """A reconcile that reads a PostgresUser the server has deleted (a cache behind the
+    deletion, or the API server's delete/finalizer race, kubernetes/kubernetes#77988) and
+    creates its role drops the role again: its finalizer will never run, so nothing else
+    would (found by `make chaos`, seed 36: an orphan role)."""
+    major = postgres_server.version.split(".")[0]
+    await set_policy(kube, {major: True})
+    recorder = EventRecorder(kube, reporting_controller="crpy.io/test", reporting_instance="t")
+    await external_instance(kube, namespace, postgres_server)
+    lagging.lagging = False
+    await lagging.catch_up(namespace)
+    await InstanceReconciler(lagging, recorder).reconcile(Request(namespace, "db"))
+    await lagging.catch_up(namespace)
+    await kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "gone-pw", "namespace": namespace},
+            "stringData": {"password": "a-password-for-gone"},
+        }
+    )
+    role = f"{namespace.replace('-', '_')}_gone"
+    created = await kube.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": USER,
+            "metadata": {
+                "name": "gone",
+                "namespace": namespace,
+                "finalizers": [USER_FINALIZER],
+            },
+            "spec": {
+                "instanceRef": {"name": "db"},
+                "roleName": role,
+                "database": "gone",
+                "passwordSecretRef": {"name": "gone-pw", "key": "password"},
+            },
+        }
+    )
+    await lagging.catch_up(namespace)
+    # The server deletes it; the reconcile below still reads it as it was, alive and with its
+    # finalizer, as a cache that has not seen the deletion does.
+    await kube.patch(created, {"metadata": {"finalizers": None}})
+    await kube.delete(created)
+    instance = await kube.live.get(API_VERSION, INSTANCE, name="db", namespace=namespace)
+    ready = next(c for c in instance["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", instance["status"]
+    lagging.history[(INSTANCE, namespace, "db")] = [instance, instance]
+    lagging.history[(USER, namespace, "gone")] = [created, created]
+    lagging.lagging = True
+    users = UserReconciler(lagging, recorder)
+    with contextlib.suppress(NotFoundError):  # before the fix: the status write finds it gone
+        await users.reconcile(Request(namespace, "gone"))
+    await recorder.close()
+    assert roles_like(postgres_server, role) == [], "the role of a deleted PostgresUser remains"
