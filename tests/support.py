@@ -148,7 +148,7 @@ async def create_external_instance(
 async def collect_binding_orphans(transport: Transport, namespace: str) -> int:
     """Delete, as the garbage collector would (none runs on the local control plane), every
     Secret and PostgresUser in ``namespace`` whose controlling ServiceBinding is gone; return
-    how many were deleted.
+    how many were deleted (objects already being deleted are left to finish).
 
     It matters because the API server can delete a binding whose finalizer was added
     concurrently (kubernetes/kubernetes#77988, open in 1.36): the DELETE decided on the object
@@ -169,6 +169,8 @@ async def collect_binding_orphans(transport: Transport, namespace: str) -> int:
     collected = 0
     for base, obj in dependents:
         meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue  # already being deleted (a PostgresUser waits for its finalizer)
         owner = next(
             (
                 ref
