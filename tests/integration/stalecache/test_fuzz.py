@@ -324,3 +324,25 @@ async def test_regression_backup_job_deleted_by_hand_while_jobs_lag(
     report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
     assert not report.failures, report.failures
     assert scenario.jobs_deleted, "no Job was deleted by hand: the schedule proves nothing"
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
+async def test_regression_backup_job_deleted_by_hand_after_it_finished(
+    admin_config: ClusterConfig,
+    transport: Transport,
+    request: pytest.FixtureRequest,
+    guard: bool,
+) -> None:
+    """A Job deleted by hand after it finished leaves its Backup as the Job ended it: the
+    Backup keeps its outcome and needs no Job any more (no second one is run). Found by
+    ``make chaos`` (seed 43), with a watch cut between the two steps."""
+    schedule: list[Step] = [
+        Act("complete", 0),
+        Cut("backups"),
+        Act("delete-job", 0),
+    ]
+    scenario = make_scenario("backup", transport, request)
+    assert isinstance(scenario, BackupScenario)
+    report = await run_schedule(admin_config, scenario, schedule, guard=guard, transport=transport)
+    assert not report.failures, report.failures
+    assert scenario.outcomes, "no Job finished: the schedule proves nothing"
