@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from kubeclient.config import ClusterConfig
+from kubeclient.errors import NotFoundError
 from kubeclient.transport import Transport
 from tests.integration.stalecache.backup_scenario import BackupScenario
 from tests.integration.stalecache.harness import (
@@ -346,3 +347,5 @@ async def test_regression_backup_job_deleted_by_hand_after_it_finished(
     report = await run_schedule(admin_config, scenario, schedule, guard=guard, transport=transport)
     assert not report.failures, report.failures
     assert scenario.outcomes, "no Job finished: the schedule proves nothing"
+    with pytest.raises(NotFoundError):  # deleted by hand, and not run again
+        await transport.get_json(f"{scenario._jobs}/m0-backup")
