@@ -358,6 +358,17 @@ class Store:
     ``DELETED`` too), an identical resourceVersion is a no-op, and a resourceVersion that cannot
     be compared is applied (fail open; see :mod:`informers.resource_version`).
 
+    **Nor do they bring back an object seen deleted.** Once synced (:meth:`mark_synced`), the
+    store holds the complete state as of :attr:`last_observed_resource_version`, so an
+    ``ADDED``/``MODIFIED`` event for a key it does not hold, at a version provably older than
+    that, describes an object that no longer existed at that point (deleted, or gone from the
+    watch's selector): a replay of events the store has been past, as a watch resumed from an
+    older resourceVersion (a lagging API server replica) delivers. It is ignored. The same holds
+    for the items of a relist taken at a version older than the one observed. A relist at the
+    observed version or newer is trusted whole: it is how a store that missed something heals.
+    Before the first sync (nothing complete to judge against) and for versions that cannot be
+    compared, such writes are applied.
+
     **resourceVersion tracking.** :attr:`last_observed_resource_version` is the newest
     resourceVersion seen in events (including ignored ones), relists and bookmarks; it never
     moves backwards. During a streaming list the initial ``ADDED`` events are not in RV order, so
@@ -550,8 +561,10 @@ class Store:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
 
         ``ADDED``/``MODIFIED`` store ``obj`` unless the cached copy is at the same or a newer
-        resourceVersion; when the cached copy has another UID the change is an ``ADDED`` delta
-        with ``old`` set (see :func:`split_uid_change`). ``DELETED`` removes the key unless the
+        resourceVersion, or (once synced) no copy is cached and ``obj`` is older than the newest
+        resourceVersion observed (a replay of an object seen deleted; class docs); when the
+        cached copy has another UID the change is an ``ADDED`` delta with ``old`` set (see
+        :func:`split_uid_change`). ``DELETED`` removes the key unless the
         cached copy is newer than the event's object (a delete at an equal resourceVersion is
         applied). The event's resourceVersion is observed either way. Raises ``ValueError`` for
         an unknown event type, an object without ``metadata.name``, or a resourceVersion or UID
@@ -575,7 +588,17 @@ class Store:
         cur = None if stored is None else self._entry(stored)
         delta: StoreDelta | None = None
         if event_type in (MODIFIED, ADDED):
-            if cur is None:
+            last_key = self._last_key
+            if (
+                cur is None
+                and last_key is not None
+                # _predates_observed, inlined: false at once for the in-order event of a create
+                and (len(rv) < last_key[0] or (len(rv) == last_key[0] and rv < last_key[1]))
+                and self._synced
+                and self._predates_observed(rv)
+            ):
+                pass  # a replay of an object the store has seen deleted (class docs)
+            elif cur is None:
                 # A new key (every event of a sync): _put's first branch, inlined.
                 entry = self._make_entry(obj, rv)
                 items[key] = self._compact(entry)
@@ -619,7 +642,10 @@ class Store:
         if event_type == DELETED:
             delta = self._delete(key, rv, prepared.obj, entry.raw)
         elif event_type in (ADDED, MODIFIED):
-            if cur is None or is_newer(rv, cur.rv):
+            if cur is None:
+                if not (self._synced and self._predates_observed(rv)):  # else: a replay
+                    delta = self._put(key, entry, prepared.obj, None, prepared.uid)
+            elif is_newer(rv, cur.rv):
                 delta = self._put(key, entry, prepared.obj, cur, prepared.uid)
         else:
             raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
@@ -647,7 +673,8 @@ class Store:
         and ``ADDED`` of the new object for keys whose UID changed, then synthetic
         ``DELETED`` for cached keys absent from the list, except those cached at a version newer
         than ``resource_version`` (the list could not have seen them). Unchanged objects yield
-        nothing. ``resource_version`` is observed.
+        nothing. Once synced, a list taken at a version older than the newest observed adds no
+        key the store does not hold (class docs). ``resource_version`` is observed.
         """
         return self.replace_prepared([self.prepare(obj) for obj in objs], resource_version)
 
@@ -666,9 +693,14 @@ class Store:
                     plan[key] = p
                 continue
             plan[key] = p
+        # A list older than what the store has observed adds no key the store does not hold:
+        # those objects were deleted by the time the store's own state was taken (class docs).
+        list_is_behind = self._synced and self._predates_observed(resource_version)
         deltas: builtins.list[StoreDelta] = []
         for key, p in plan.items():
             cur = self._entry_at(key)
+            if cur is None and list_is_behind and self._predates_observed(p.entry.rv):
+                continue
             if cur is None or is_newer(p.entry.rv, cur.rv):
                 delta = self._put(key, p.entry, p.obj, cur, p.uid)
                 if cur is not None and delta.type == ADDED:
@@ -789,6 +821,15 @@ class Store:
     def last_observed_resource_version(self) -> str | None:
         """The newest resourceVersion observed, or ``None`` before the first one."""
         return self._last_rv
+
+    def _predates_observed(self, rv: str) -> bool:
+        """Whether ``rv`` is provably older than the newest resourceVersion observed (``False``
+        when either cannot be compared, or nothing was observed yet)."""
+        last_key = self._last_key
+        if last_key is None or not rv:
+            return False
+        key = sort_key(rv)
+        return key is not None and key < last_key
 
     def has_observed(self, resource_version: str) -> bool:
         """Whether the store has observed ``resource_version`` or a newer one.

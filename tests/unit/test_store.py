@@ -186,6 +186,68 @@ def test_stale_and_duplicate_events_are_ignored() -> None:
     assert store.resource_version_of("default/a") == "100"
 
 
+def synced_store(*objs: dict[str, Any], rv: str) -> Store:
+    store = Store()
+    store.replace(list(objs), rv)
+    store.mark_synced()
+    return store
+
+
+def test_a_replayed_event_does_not_bring_back_an_object_seen_deleted() -> None:
+    store = synced_store(obj("a", "3", v=3), rv="3")
+    store.apply("MODIFIED", obj("a", "5", v=5))
+    store.apply("DELETED", obj("a", "6", v=5))
+    # A watch resumed from an older resourceVersion delivers a's history again.
+    assert store.apply("ADDED", obj("a", "3", v=3)) is None
+    assert store.apply("MODIFIED", obj("a", "5", v=5)) is None
+    assert store.apply_prepared("MODIFIED", store.prepare(obj("a", "5", v=5))) is None
+    assert store.apply("DELETED", obj("a", "6", v=5)) is None
+    assert "default/a" not in store
+    assert store.last_observed_resource_version == "6"
+    # What is newer than anything observed is applied: a new object, and a re-created a.
+    added = store.apply("ADDED", obj("b", "7"))
+    assert added is not None and added.type == "ADDED"
+    again = store.apply_prepared("ADDED", store.prepare(obj("a", "8", uid="uid-a2")))
+    assert again is not None and again.type == "ADDED"
+    assert store.uid_of("default/a") == "uid-a2"
+
+
+def test_a_replay_after_a_relist_does_not_bring_back_an_object_the_relist_dropped() -> None:
+    store = synced_store(obj("a", "3"), obj("b", "4"), rv="4")
+    store.apply("MODIFIED", obj("a", "5", v=5))
+    # a's DELETED (at 6) is missed; a relist at 8 no longer has a.
+    deltas = store.replace([obj("b", "4")], "8")
+    assert [(d.type, d.key) for d in deltas] == [("DELETED", "default/a")]
+    # The watch after the relist resumes from an older version than it asked for.
+    assert store.apply("MODIFIED", obj("a", "5", v=5)) is None
+    assert store.apply("DELETED", obj("a", "6", v=5)) is None
+    assert store.keys() == ["default/b"]
+
+
+def test_replays_are_applied_before_the_first_sync_and_for_opaque_versions() -> None:
+    store = Store()  # not synced: absence proves nothing yet
+    store.apply("ADDED", obj("a", "9"))
+    assert store.apply("ADDED", obj("b", "4")) is not None
+    synced = synced_store(obj("a", "9"), rv="9")
+    assert synced.apply("ADDED", obj("c", "opaque-1")) is not None  # fails open
+    assert synced.apply("ADDED", obj("d", "0")) is not None  # not comparable either
+    assert sorted(synced.keys()) == ["default/a", "default/c", "default/d"]
+
+
+def test_a_list_older_than_observed_adds_no_missing_key_and_a_newer_one_heals() -> None:
+    store = synced_store(obj("a", "2"), rv="2")
+    store.apply("ADDED", obj("b", "5"))
+    store.apply("DELETED", obj("b", "6"))
+    # A list taken at 5 (a lagging replica) still shows b: the store has seen it deleted.
+    assert store.replace([obj("a", "2"), obj("b", "5")], "5") == []
+    assert store.keys() == ["default/a"]
+    # A list at the observed version or newer is trusted whole, even for an object the store
+    # never saw at all (it heals a store that missed something).
+    deltas = store.replace([obj("a", "2"), obj("c", "3")], "9")
+    assert [(d.type, d.key) for d in deltas] == [("ADDED", "default/c")]
+    assert sorted(store.keys()) == ["default/a", "default/c"]
+
+
 def test_delete_at_equal_rv_is_applied_and_unknown_delete_ignored() -> None:
     store = Store()
     store.apply("ADDED", obj("a", "5"))
@@ -528,6 +590,11 @@ class Model:
     def __init__(self) -> None:
         self.objs: dict[str, dict[str, Any]] = {}
         self.observed: int | None = None
+        self.synced = False
+
+    def seen_past(self, rv: int) -> bool:
+        """Once synced, a key not held at a version older than the observed one was deleted."""
+        return self.synced and self.observed is not None and rv < self.observed
 
     def see(self, rv: int) -> None:
         self.observed = rv if self.observed is None else max(self.observed, rv)
@@ -538,15 +605,21 @@ class Model:
         if event_type == "DELETED":
             if cur is not None and rv >= int(rv_of(cur)):
                 del self.objs[key]
-        elif cur is None or rv > int(rv_of(cur)):
+        elif cur is None:
+            if not self.seen_past(rv):
+                self.objs[key] = copy.deepcopy(o)
+        elif rv > int(rv_of(cur)):
             self.objs[key] = copy.deepcopy(o)
         self.see(rv)
 
     def replace(self, items: list[dict[str, Any]], list_rv: int) -> None:
         new: dict[str, dict[str, Any]] = {}
+        behind = self.seen_past(list_rv)
         for o in items:
             key = object_key(o)
             cur = self.objs.get(key)
+            if cur is None and behind and self.seen_past(int(rv_of(o))):
+                continue
             new[key] = cur if cur is not None and int(rv_of(cur)) >= int(rv_of(o)) else o
         for key, cur in self.objs.items():
             if key not in new and int(rv_of(cur)) > list_rv:
@@ -641,12 +714,20 @@ class StoreMachine(RuleBasedStateMachine):
     def stale_replay(self, data: st.DataObject) -> None:
         i = data.draw(st.integers(0, self.delivered - 1), label="replayed event")
         event_type, o = self.history[i]
-        if object_key(o) in {object_key(x) for _, x in self.history[i + 1 : self.high]}:
-            # Without tombstones, a replayed event for a since-deleted key resurrects it. Real
-            # watches never replay, so only the model (not the truth) is checked until a relist.
-            # Replaying a key's newest event is a harmless duplicate.
+        later = {object_key(x) for _, x in self.history[i + 1 : self.high]}
+        if not self.model.synced and object_key(o) in later:
+            # Before the first sync, a replayed event for a since-deleted key brings it back
+            # (the store has no complete state to judge by), so only the model (not the truth)
+            # is checked until a relist. Once synced, replays are harmless, and replaying a
+            # key's newest event is a harmless duplicate in any case.
             self.clean = False
         self.apply(event_type, o)
+
+    @precondition(lambda self: not self.model.synced)
+    @rule()
+    def initial_list_done(self) -> None:
+        self.store.mark_synced()
+        self.model.synced = True
 
     @rule(data=st.data())
     def relist(self, data: st.DataObject) -> None:
@@ -767,8 +848,10 @@ class StoreMachine(RuleBasedStateMachine):
             rv = int(self.store.resource_version_of(k) or 0)
             assert rv >= self.prev_rvs.get(k, 0)
             self.prev_rvs[k] = rv
-        for k in [k for k in self.prev_rvs if k not in self.store]:
-            del self.prev_rvs[k]  # a deleted key may come back older only via a stale replay
+        if not self.model.synced:
+            # Before the first sync, a deleted key may come back older via a stale replay.
+            for k in [k for k in self.prev_rvs if k not in self.store]:
+                del self.prev_rvs[k]
         last = self.store.last_observed_resource_version
         observed = None if last is None else int(last)
         assert observed == self.model.observed

@@ -231,6 +231,26 @@ async def test_regression_task_recreated_then_replayed_from_before_the_delete(
     assert not report.failures, report.failures
 
 
+async def test_regression_task_deleted_then_replayed_from_before_the_delete(
+    admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
+) -> None:
+    """Found by ``make chaos`` (seed 46, shrunk by hand): once the cache has applied Task t2's
+    deletion, a watch resumed from an older resourceVersion delivers t2's earlier events again.
+    The store took them for a new object and the controller reconciled a Task that no longer
+    existed, reading it older than its own status write (a stale read with the guard on)."""
+    schedule: list[Step] = [
+        Wait(1.5),  # t2 is reconciled: its status write is the version the replay predates
+        Act("delete", 2),
+        Wait(0.5),  # the deletion reaches the cache
+        ReplayOlder("tasks", 32),
+        Wait(0.5),
+    ]
+    scenario = make_scenario("task", transport, request)
+    report = await run_schedule(admin_config, scenario, schedule, guard=True, transport=transport)
+    assert not report.failures, report.failures
+    assert report.stats["replays"] >= 1, "no watch was replayed: the schedule proves nothing"
+
+
 async def test_regression_binding_deleted_recreated_deleted_while_the_cache_relists(
     admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
 ) -> None:
