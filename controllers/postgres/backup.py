@@ -10,6 +10,11 @@ it is never run again. The controller creates the Job (``<backup>-backup``, rend
 The Job's name is derived from the Backup's, so a reconcile on a stale cache that does not
 see the Job yet cannot start a second one (the create answers ``AlreadyExists``). A Job that
 disappears before it finished (deleted by hand) fails the Backup rather than running it again.
+Before creating the Job, the controller reads the Backup from the server and goes on only if
+the cached copy is current: a cache that has not seen the status write naming an earlier Job
+(with the read-your-writes guard off, or a write made by another replica before a failover)
+would otherwise start a second Job once the first was deleted, by hand or collected after the
+Backup's deletion, which the cache may not have seen either. One GET per Backup.
 A Job of that name controlled by another object (the Job of a deleted Backup of the same name,
 not collected yet) is never taken for this Backup's: the Backup stays as it is until that Job
 is gone, then runs its own.
@@ -83,6 +88,8 @@ from controllers.postgres.policy import image_for, parse_version
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})
 PREDECESSOR_RECHECK = 5.0
+CACHE_RECHECK = 1.0
+"""Seconds before a Backup whose cached copy was behind the server's is looked at again."""
 """Seconds between looks while a Job of the Backup's name belongs to another object."""
 
 
@@ -153,6 +160,8 @@ class BackupReconciler:
         if job is None and status.get("jobName"):
             phase, message = "Failed", f"the Job {name} disappeared before it finished"
         elif job is None:
+            if await self._cached_copy_behind(backup):
+                return Result(requeue_after=CACHE_RECHECK)
             instance = await self._instance(backup, status)
             if instance is None:
                 return None
@@ -215,6 +224,19 @@ class BackupReconciler:
             await write_status(self.client, backup, status)
             return None
         return instance
+
+    async def _cached_copy_behind(self, backup: Obj) -> bool:
+        """Whether the server's Backup differs from ``backup`` (what this reconcile read): a
+        write the cache has not seen yet, such as the status naming a Job already created,
+        or a deletion. Also true when the Backup is gone."""
+        meta = backup["metadata"]
+        try:
+            live: Obj = await self.client.live.get(
+                API_VERSION, BACKUP, name=meta["name"], namespace=meta["namespace"]
+            )
+        except NotFoundError:
+            return True
+        return bool(live["metadata"].get("resourceVersion") != meta.get("resourceVersion"))
 
     async def _create_job(self, backup: Obj, instance: Obj, name: str) -> Obj | None:
         """Create the backup Job; ``None`` when it exists already (an attempt whose answer

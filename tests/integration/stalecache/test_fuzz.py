@@ -348,6 +348,25 @@ async def test_regression_backup_job_deleted_by_hand_while_jobs_lag(
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
+async def test_regression_backup_deleted_while_its_watch_relists(
+    admin_config: ClusterConfig,
+    transport: Transport,
+    request: pytest.FixtureRequest,
+    guard: bool,
+) -> None:
+    """Found by ``make chaos`` (seed 48, guard off, shrunk to these three steps): Backup
+    ``m0`` is deleted (and its Job collected) while the Backups watch relists, just after
+    the Backup's first reconcile. A reconcile on a cache that had not seen the status write
+    naming the Job found no Job and created a second one. It depends on timing (1 run in 38
+    failed before the fix, on an idle machine); ``test_backup_stale_job.py`` makes the same
+    stale read happen every time."""
+    schedule: list[Step] = [Cut("backups"), Expire("backups"), Act("recreate", 0)]
+    scenario = make_scenario("backup", transport, request)
+    report = await run_schedule(admin_config, scenario, schedule, guard=guard, transport=transport)
+    assert not report.failures, report.failures
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
 async def test_regression_backup_job_deleted_by_hand_after_it_finished(
     admin_config: ClusterConfig,
     transport: Transport,
