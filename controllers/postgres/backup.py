@@ -88,9 +88,9 @@ from controllers.postgres.policy import image_for, parse_version
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})
 PREDECESSOR_RECHECK = 5.0
+"""Seconds between looks while a Job of the Backup's name belongs to another object."""
 CACHE_RECHECK = 1.0
 """Seconds before a Backup whose cached copy was behind the server's is looked at again."""
-"""Seconds between looks while a Job of the Backup's name belongs to another object."""
 
 
 async def tools_image(client: Client, backup: Obj, instance: Obj) -> str:
