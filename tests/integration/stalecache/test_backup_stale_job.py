@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
 
 from controllers.postgres.api import API_VERSION, BACKUP_FINALIZER
 from kubeclient.config import ClusterConfig
-from kubeclient.errors import NotFoundError
 from kubeclient.transport import Transport
-from tests.integration.stalecache.backup_scenario import STORAGE, BackupScenario
+from tests.integration.stalecache.backup_scenario import STORAGE, BackupScenario, _controller_uid
 from tests.integration.stalecache.harness import StaleReads, _create_namespace, _operator
 from tests.integration.stalecache.test_fuzz import make_scenario
 
@@ -31,25 +29,10 @@ deleted."""
 WITHIN = 30.0
 
 
-async def _live(transport: Transport, path: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = await transport.get_json(path)
-    except NotFoundError:
-        return None
-    return found
-
-
-async def _jobs_of(transport: Transport, jobs: str, owner: str) -> set[str]:
+async def _jobs_of(scenario: BackupScenario, owner: str) -> set[str]:
     """UIDs of the Jobs controlled by the Backup with UID ``owner``."""
-    listed = await transport.get_json(jobs)
-    return {
-        job["metadata"]["uid"]
-        for job in listed.get("items") or []
-        if any(
-            ref.get("controller") and ref.get("uid") == owner
-            for ref in job["metadata"].get("ownerReferences") or []
-        )
-    }
+    jobs = await scenario._list(scenario._jobs)
+    return {job["metadata"]["uid"] for job in jobs if _controller_uid(job) == owner}
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
@@ -83,8 +66,8 @@ async def test_backup_job_deleted_before_the_cache_saw_the_status_naming_it(
             job_name = None
             while time.monotonic() - started < WITHIN:
                 await asyncio.sleep(0.1)  # polling the API server for the Job and the status
-                first = await _jobs_of(transport, scenario._jobs, owner)
-                backup = await _live(transport, backup_path)
+                first = await _jobs_of(scenario, owner)
+                backup = await scenario._get(backup_path)
                 job_name = ((backup or {}).get("status") or {}).get("jobName")
                 if first and job_name:
                     break
@@ -96,8 +79,8 @@ async def test_backup_job_deleted_before_the_cache_saw_the_status_naming_it(
             phase = None
             while time.monotonic() - started < WITHIN + BACKUPS_LAG:
                 await asyncio.sleep(0.2)  # polling the API server for the outcome
-                seen |= await _jobs_of(transport, scenario._jobs, owner)
-                backup = await _live(transport, backup_path)
+                seen |= await _jobs_of(scenario, owner)
+                backup = await scenario._get(backup_path)
                 phase = ((backup or {}).get("status") or {}).get("phase")
                 if len(seen) > 1 or phase == "Failed":
                     break
