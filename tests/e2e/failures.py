@@ -1,7 +1,7 @@
 """What every failing end-to-end test prints besides its own message: the state of the
 namespaces it used (their Pods, events and Pod logs) and the operator's, as a section of the
 test's report. ``tests/e2e/conftest.py`` adds the section; this module is the pure part
-(unit-tested in ``tests/unit/test_e2e_failures.py``): which namespaces a test used, and the
+(unit-tested in ``tests/unit/suite/test_e2e_failures.py``): which namespaces a test used, and the
 section built from a failed report.
 
 A test used a namespace when ``new_namespace`` made it while the test was being set up or

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-CRDS = Path(__file__).resolve().parents[2] / "manifests" / "crds"
+CRDS = Path(__file__).resolve().parents[3] / "manifests" / "crds"
 
 Schema = Mapping[str, Any]
 

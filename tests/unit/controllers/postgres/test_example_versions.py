@@ -14,7 +14,7 @@ import yaml
 from controller_runtime.envtest.node.images import POSTGRES_IMAGE
 from controllers.postgres.policy import evaluate
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 EXAMPLES = ROOT / "manifests" / "examples"
 
 

@@ -14,7 +14,7 @@ import yaml
 from controller_runtime.envtest.binaries import KUBERNETES_VERSION
 from controllers.__main__ import settings_from
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 SHARDED = MANIFESTS / "sharded"
 SCHEMA_VERSION = ".".join(KUBERNETES_VERSION.split(".")[:2])
 

@@ -14,7 +14,7 @@ import pytest
 
 from controller_runtime import ByObject, Client, LeaderElectionConfig, LiveReader, ManagerOptions
 
-REFERENCE = (Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text()
+REFERENCE = (Path(__file__).resolve().parents[3] / "docs" / "reference.md").read_text()
 ROW = re.compile(r"^\| `(?P<name>\w+)` \| (?P<default>[^|]+) \|", re.M)
 
 

@@ -32,7 +32,7 @@ from tests.rbac_usage import (
     unused_grants,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
 NOT_INSTALLED = ("examples", "sharded")
 """Directories of manifests/ that the kustomization does not install (sharded/ is a variant
