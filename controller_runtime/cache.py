@@ -21,9 +21,27 @@ from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
 from informers.labels import LabelSelector
 from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
-from informers.store import IndexFunc, Store
+from informers.store import ADDED, DELETED, MODIFIED, IndexFunc, Store, StoreDelta
 from kubeclient.discovery import ResourceInfo
 from kubeclient.errors import NotFoundError
+
+# The cache and the informer layer under it, for code that runs a cache of its own or looks
+# at deltas (their types, ADDED/MODIFIED/DELETED) rather than through predicates.
+__all__ = [
+    "ADDED",
+    "DELETED",
+    "MODIFIED",
+    "ByObject",
+    "Cache",
+    "CacheSyncTimeoutError",
+    "IndexFunc",
+    "InformerFactory",
+    "KindInformers",
+    "KindKey",
+    "LabelSelector",
+    "NotCachedError",
+    "StoreDelta",
+]
 
 KindKey = tuple[str, str]
 """``(apiVersion, kind)``."""

@@ -63,6 +63,7 @@ __all__ = [
     "LiveReader",
     "PatchType",
     "PropagationPolicy",
+    "Transport",
     "ignore_not_found",
     "retry_on_conflict",
 ]

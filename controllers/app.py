@@ -7,20 +7,19 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from controller_runtime import (
-    SERVICE_ACCOUNT_DIR,
     CacheSyncTimeoutError,
-    ClusterConfig,
     ConfigError,
     ControllerOptions,
     LeaderElectionConfig,
     LeaderElectionLostError,
     Manager,
     ManagerOptions,
-    ShardRingConfig,
     UnknownKindError,
     load_config,
     run_until_signalled,
 )
+from controller_runtime.config import SERVICE_ACCOUNT_DIR, ClusterConfig
+from controller_runtime.sharding import ShardRingConfig
 from controllers.cli import OperatorSettings
 from controllers.postgres import (
     setup_backup_controller,

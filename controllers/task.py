@@ -30,16 +30,16 @@ from controller_runtime import (
     Client,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EventRecorder,
     GenerationChanged,
     NotFoundError,
     Request,
     Result,
-    ShardedController,
     set_condition,
 )
+from controller_runtime.builder import ControllerHost
+from controller_runtime.sharded_controller import ShardedController
 from controllers.recording import controller_recorder
 
 TASK_API_VERSION = "tasks.crpy.io/v1"

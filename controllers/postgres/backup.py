@@ -51,13 +51,11 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
     ForbiddenError,
     NotFoundError,
-    PropagationPolicy,
     Request,
     Result,
     format_time,
@@ -66,6 +64,8 @@ from controller_runtime import (
     reconcile_logger,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
+from controller_runtime.client import PropagationPolicy
 from controllers.postgres import jobs
 from controllers.postgres.api import (
     API_VERSION,

@@ -40,7 +40,6 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
@@ -55,6 +54,7 @@ from controller_runtime import (
     reconcile_logger,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
 from controllers.postgres.api import (
     API_VERSION,
     BINDING,

@@ -9,15 +9,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from controller_runtime import (
-    Cache,
-    Client,
-    Condition,
-    EventRecorder,
-    merge_patch,
-    status_conditions,
-)
+from controller_runtime import Client, Condition, EventRecorder, status_conditions
 from controller_runtime import set_conditions as set_all
+from controller_runtime.cache import Cache
+from controller_runtime.patches import merge_patch
 from controllers import recording
 from controllers.postgres.api import ref_name
 

@@ -43,14 +43,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from controller_runtime import (
-    DELETED,
     AlreadyExistsError,
     CleanupPending,
     Client,
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
@@ -62,6 +60,8 @@ from controller_runtime import (
     reconcile_logger,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
+from controller_runtime.cache import DELETED
 from controllers.postgres import jobs, render, sql
 from controllers.postgres.api import (
     ANNOTATION_VERSION,

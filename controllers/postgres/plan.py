@@ -37,7 +37,6 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EventRecorder,
     NotFoundError,
@@ -48,6 +47,7 @@ from controller_runtime import (
     reconcile_logger,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
 from controllers.postgres.api import (
     ANNOTATION_SCHEDULED_AT,
     API_VERSION,

@@ -31,7 +31,6 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
@@ -44,6 +43,7 @@ from controller_runtime import (
     is_true,
     reconcile_logger,
 )
+from controller_runtime.builder import ControllerHost
 from controllers.postgres import sql
 from controllers.postgres.api import (
     API_VERSION,

@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from controller_runtime import Cache, Client, InformerFactory, NotFoundError, Transport
+from controller_runtime import Client, NotFoundError
+from controller_runtime.cache import Cache, InformerFactory
+from controller_runtime.client import Transport
 from controller_runtime.envtest import ControlPlane
 
 pytestmark = pytest.mark.integration
