@@ -194,14 +194,18 @@ class Cache:
             for store in entry.stores_for(namespace)
         ]
 
-    def _entry(self, api_version: str, kind: str, namespace: str | None) -> KindInformers:
+    def _entry(
+        self, api_version: str, kind: str, namespace: str | None, *, listing: bool = False
+    ) -> KindInformers:
         entry = self._kinds.get((api_version, kind))
         if entry is None:
             raise NotCachedError(
                 f"{kind} ({api_version}) is not in the cache: watch it first (the builder's "
-                "for_/owns/watches, or cache.watch(...)), or read it live with client.live"
+                "for_/owns/watches/caches, or cache.watch(...)), or read it live with "
+                "client.live"
             )
-        if not entry.covers(namespace):
+        # A list of every namespace is served from whatever namespaces are cached.
+        if not (listing and namespace is None) and not entry.covers(namespace):
             scope = ", ".join(sorted(n for n in entry.informers if n)) or "-"
             raise NotCachedError(
                 f"{kind} in namespace {namespace or '<all>'} is outside the cache's scope "
@@ -241,8 +245,11 @@ class Cache:
         namespace: str | None = None,
         label_selector: LabelSelector | str | None = None,
     ) -> list[dict[str, Any]]:
-        """Cached objects of ``kind`` (in ``namespace``, or all the cache holds)."""
-        entry = self._entry(api_version, kind, namespace)
+        """Cached objects of ``kind`` in ``namespace``; ``namespace=None``: every object the
+        cache holds, across the namespaces it caches when its scope is restricted (so the
+        answer is the same whichever namespaces a deployment configures). Raises
+        :class:`NotCachedError` for a kind not cached, or a namespace outside the scope."""
+        entry = self._entry(api_version, kind, namespace, listing=True)
         selector = (
             LabelSelector.parse(label_selector)
             if isinstance(label_selector, str)

@@ -80,19 +80,3 @@ def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj)
         for obj in cache.list(api_version, kind, namespace=meta["namespace"])
         if ref_name(obj, "instanceRef") == meta["name"]
     ]
-
-
-def list_everywhere(cache: Cache, api_version: str, kind: str) -> list[Obj]:
-    """Every cached object of ``kind``, whether the cache watches all namespaces or a few
-    (``Cache.list`` without a namespace refuses the latter). For map functions."""
-    entry = cache.watched(api_version, kind)
-    if entry is None:
-        return []
-    if entry.covers(None):
-        return cache.list(api_version, kind)
-    return [
-        obj
-        for namespace in entry.informers
-        if namespace is not None
-        for obj in cache.list(api_version, kind, namespace=namespace)
-    ]

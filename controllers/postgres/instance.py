@@ -58,6 +58,7 @@ from controller_runtime import (
     StoreDelta,
     handle_finalization,
     reconcile_logger,
+    request_for,
     set_controller_reference,
 )
 from controller_runtime.builder import ControllerHost
@@ -80,7 +81,6 @@ from controllers.postgres.common import (
     controller_recorder,
     encode_data,
     instance_referrers,
-    list_everywhere,
     set_conditions,
     status_copy,
     write_status,
@@ -617,10 +617,7 @@ async def setup_instance_controller(
     cache = client.cache
 
     def every_instance(_: Mapping[str, Any]) -> list[Request]:
-        return [
-            Request(i["metadata"]["namespace"], i["metadata"]["name"])
-            for i in list_everywhere(cache, API_VERSION, INSTANCE)
-        ]
+        return [request_for(i) for i in cache.list(API_VERSION, INSTANCE)]
 
     def user_instance(user: Mapping[str, Any]) -> list[Request]:
         name = ref_name(user, "instanceRef")
