@@ -120,10 +120,12 @@ class Cache:
         *,
         namespaces: Sequence[str] | None = None,
         by_object: Mapping[KindKey, ByObject] | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         self.factory = factory
         self.namespaces = tuple(namespaces) if namespaces else None
         self.by_object = dict(by_object or {})
+        self.start_timeout = start_timeout
         self._kinds: dict[KindKey, KindInformers] = {}
         self._lock = asyncio.Lock()
 
@@ -135,14 +137,19 @@ class Cache:
         """Watch ``kind`` (idempotent) and return its informers, started.
 
         While the API server cannot be reached, this waits for it (discovery retries with
-        backoff and logs each failure) rather than failing: cancel the caller to give up."""
+        backoff and logs each failure, the first at once) for at most ``start_timeout``
+        seconds, then raises :class:`~kubeclient.discovery.ServerUnreachableError`
+        (``None``, the default of a bare cache: until the caller is cancelled; a manager
+        passes ``ManagerOptions.start_timeout``)."""
         key = (api_version, kind)
         async with self._lock:
             existing = self._kinds.get(key)
             if existing is not None:
                 return existing
             # Waits (and logs) while the API server is unreachable, e.g. at start.
-            resource = await self.factory.discovery.resolve(api_version, kind, wait_for_server=True)
+            resource = await self.factory.discovery.resolve(
+                api_version, kind, wait_for_server=True, wait_timeout=self.start_timeout
+            )
             options = self.by_object.get(key, ByObject())
             namespaces: Sequence[str | None] = [None]
             if resource.namespaced:

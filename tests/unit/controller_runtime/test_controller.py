@@ -723,7 +723,12 @@ class _FakeDiscovery:
     }
 
     async def resolve(
-        self, api_version: str, kind: str, *, wait_for_server: bool = False
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        wait_for_server: bool = False,
+        wait_timeout: float | None = None,
     ) -> ResourceInfo:
         try:
             return self.KINDS[(api_version, kind)]
