@@ -162,7 +162,7 @@ async def setup_task_controller(
     changes (``GenerationChanged``: its own status writes do not trigger it again). Events
     go to ``recorder``, by default a new one reporting as ``tasks.crpy.io/task-controller``
     that is closed when ``host`` stops."""
-    recorder = controller_recorder(host, client, "tasks.crpy.io/task-controller", recorder)
+    recorder = controller_recorder(host, "tasks.crpy.io/task-controller", recorder)
     reconciler = TaskReconciler(client, clock=clock, recorder=recorder)
     return await _task_builder(host, options).complete(reconciler)
 
@@ -178,6 +178,6 @@ async def setup_sharded_task_controller(
     """The Task controller sharded over the manager's ring (``ManagerOptions.shard_ring``):
     each replica reconciles the Tasks of the slots it owns. Events as for
     :func:`setup_task_controller`."""
-    recorder = controller_recorder(host, client, "tasks.crpy.io/task-controller", recorder)
+    recorder = controller_recorder(host, "tasks.crpy.io/task-controller", recorder)
     reconciler = TaskReconciler(client, clock=clock, recorder=recorder)
     return await _task_builder(host, options).complete_sharded(reconciler)

@@ -77,13 +77,13 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     set_conditions,
     status_copy,
     write_status,
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.policy import image_for, parse_version
+from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -366,7 +366,7 @@ async def setup_backup_controller(
     recorder: EventRecorder | None = None,
 ) -> Controller:
     """Build the Backup controller on ``host``: watches Backups and their Jobs."""
-    recorder = controller_recorder(host, client, "backup-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/backup-controller", recorder)
     return await (
         ControllerBuilder(host)
         .named("backup")

@@ -70,7 +70,6 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     decode_secret,
     encode_data,
     instance_referrers,
@@ -80,6 +79,7 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.scram import generate_password
+from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "service-binding"
@@ -314,7 +314,7 @@ async def setup_binding_controller(
     """Build the ServiceBinding controller on ``host``: watches bindings (spec changes and
     deletions), the PostgresUsers they own, and instances (a new endpoint or readiness
     reconciles their bindings)."""
-    recorder = controller_recorder(host, client, "binding-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/binding-controller", recorder)
     cache = client.cache
 
     def instance_bindings(instance: Mapping[str, Any]) -> list[Request]:

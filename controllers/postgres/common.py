@@ -1,5 +1,5 @@
-"""Small pieces every PostgreSQL controller uses: writing status only when it changed, the
-event recorder's lifecycle, and reading Secrets."""
+"""Small pieces every PostgreSQL controller uses: writing status only when it changed,
+reading Secrets and the version policy."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from controller_runtime import Client, Condition, EventRecorder, status_conditions
+from controller_runtime import Client, Condition, status_conditions
 from controller_runtime import set_conditions as set_all
 from controller_runtime.cache import Cache
 from controller_runtime.patches import merge_patch
-from controllers import recording
 from controllers.postgres.api import ref_name
 
 log = logging.getLogger(__name__)
@@ -61,14 +60,6 @@ def redact(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
-
-
-def controller_recorder(
-    host: object, client: Client, controller: str, recorder: EventRecorder | None
-) -> EventRecorder:
-    """``recorder``, or a new one reporting as ``postgres.crpy.io/<controller>`` that is
-    closed when ``host`` (a manager, if it has ``add``) stops."""
-    return recording.controller_recorder(host, client, f"postgres.crpy.io/{controller}", recorder)
 
 
 def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj) -> list[Obj]:

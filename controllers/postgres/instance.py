@@ -78,7 +78,6 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     encode_data,
     instance_referrers,
     set_conditions,
@@ -100,6 +99,7 @@ from controllers.postgres.policy import (
     server_version,
 )
 from controllers.postgres.scram import generate_password
+from controllers.recording import controller_recorder
 
 log = logging.getLogger(__name__)
 
@@ -612,7 +612,7 @@ async def setup_instance_controller(
     ``add``: it also gets the recorder's closer). Watches instances (spec changes and
     deletions), the objects it renders, the version policy (any change reconciles every
     instance) and PostgresUser deletions (to finish an instance's deletion)."""
-    recorder = controller_recorder(host, client, "instance-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/instance-controller", recorder)
     reconciler = InstanceReconciler(client, recorder, recheck_after=recheck_after)
     cache = client.cache
 

@@ -58,13 +58,13 @@ from controllers.postgres.api import (
     MANAGED_BY,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     set_conditions,
     status_copy,
     write_status,
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.cron import CronError, Schedule
+from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 Clock = Callable[[], datetime]
@@ -297,7 +297,7 @@ async def setup_plan_controller(
 ) -> Controller:
     """Build the BackupPlan controller on ``host``: watches plans (spec changes) and the
     Backups they own (a finished Backup updates ``active`` and may be pruned)."""
-    recorder = controller_recorder(host, client, "backupplan-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/backupplan-controller", recorder)
     return await (
         ControllerBuilder(host)
         .named("backupplan")
