@@ -33,9 +33,9 @@ from controller_runtime import (
     ControllerOptions,
     EventRecorder,
     GenerationChanged,
-    NotFoundError,
     Request,
     Result,
+    ignore_not_found,
     set_condition,
 )
 from controller_runtime.builder import ControllerHost
@@ -121,9 +121,8 @@ class TaskReconciler:
         self.recorder = recorder
 
     async def reconcile(self, request: Request) -> Result | None:
-        try:
-            task = await self.client.get(TASK_API_VERSION, TASK_KIND, request)
-        except NotFoundError:
+        task = await ignore_not_found(self.client.get(TASK_API_VERSION, TASK_KIND, request))
+        if task is None:
             return None  # deleted: nothing to do
         status, wake_in = derive_status(task, self.clock())
         if status != (task.get("status") or {}):

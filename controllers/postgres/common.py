@@ -9,11 +9,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from controller_runtime import Client, Condition, status_conditions
+from controller_runtime import Client, Condition, ignore_not_found, status_conditions
 from controller_runtime import set_conditions as set_all
 from controller_runtime.cache import Cache
 from controller_runtime.patches import merge_patch
-from controllers.postgres.api import ref_name
+from controllers.postgres.api import API_VERSION, POLICY, POLICY_NAME, ref_name
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,12 @@ def redact(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+async def version_policy(client: Client) -> Obj | None:
+    """The cached version policy (the cluster-scoped ``default`` one), ``None`` when there is
+    none: see :mod:`controllers.postgres.policy`."""
+    return await ignore_not_found(client.get(API_VERSION, POLICY, name=POLICY_NAME))
 
 
 def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj) -> list[Obj]:

@@ -43,6 +43,7 @@ from controller_runtime import (
     Request,
     Result,
     format_time,
+    ignore_not_found,
     is_controlled_by,
     reconcile_logger,
     set_controller_reference,
@@ -140,12 +141,9 @@ class PlanReconciler:
         self.clock = clock
 
     # The scheduling steps (validate, list, prune, decide the run, create, status) read in order.
-    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0912,PLR0915
-        try:
-            plan = await self.client.get(API_VERSION, BACKUP_PLAN, request)
-        except NotFoundError:
-            return None
-        if plan["metadata"].get("deletionTimestamp"):
+    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0915
+        plan = await ignore_not_found(self.client.get(API_VERSION, BACKUP_PLAN, request))
+        if plan is None or plan["metadata"].get("deletionTimestamp"):
             return None
         now = self.clock()
         meta, spec = plan["metadata"], plan.get("spec") or {}
