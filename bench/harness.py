@@ -32,8 +32,9 @@ implementation; see :mod:`bench.kube`):
     nothing to write. Done is read from the process's own Prometheus endpoint (the same metric
     names in ours and Go). Beside it, ``limit``: a plain paginated LIST + orjson decode.
 ``core``
-    :mod:`bench.core` (no API server): decode -> store -> queue -> no-op reconcile from
-    recorded watch bytes, beside orjson decoding alone.
+    :mod:`bench.core` (no API server): recorded watch bytes served over loopback HTTP, read by
+    our informer (-> queue -> no-op reconcile) and by client-go's (-> workqueue), beside
+    orjson decoding alone.
 """
 
 from __future__ import annotations
@@ -728,7 +729,12 @@ def run(settings: Settings) -> list[Result]:
         from bench.core import run_core  # noqa: PLC0415
 
         say(f"core: {', '.join(map(str, settings.core_objects))} objects")
-        results += run_core(settings.core_objects, progress=say)
+        results += run_core(
+            settings.core_objects,
+            progress=say,
+            implementations=[i for i in settings.implementations if i in ("ours", "go")],
+            repeat=settings.repeat,
+        )
     say(f"all done in {time.monotonic() - started:.0f}s")
     return results
 

@@ -9,7 +9,8 @@ A result is a plain dict (so that it is its own JSON). Required fields:
 Optional: ``p50_seconds``/``p99_seconds`` (float, churn lag), ``stage`` (str, core),
 ``complete`` (bool; false when a run timed out, then ``objects_done`` says how far it got),
 ``server_cpu_seconds`` (API server + etcd during the measured window), ``lag_quantiles``
-(101 floats: the lag at 0, 1, ..., 100 %), ``rss_per_object``/``json_per_object`` (core),
+(101 floats: the lag at 0, 1, ..., 100 %), ``rss_per_object``/``json_per_object`` (core;
+``heap_per_object`` for the Go core peer: its live heap after a forced GC, over N),
 ``concurrency``/``workers``, ``version``, ``note``, ``runs`` and ``per_second_runs`` (when a
 result is the median of several runs: how many, and each run's ``per_second``). The restart
 scenario adds ``empty_rss_bytes`` (the process's RSS on an empty namespace; ``rss_per_object``
@@ -63,6 +64,7 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "empty_rss_bytes": (int,),
     "list_bytes": (int,),
     "setup_seconds": (int, float),
+    "heap_per_object": (int, float),
 }
 
 SCENARIO_ORDER = ("sync", "churn", "write-heavy", "restart", "core")
@@ -175,7 +177,7 @@ def ratio_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     by_core_objects: dict[int, Result] = {}
     for result in results:
-        if result["scenario"] == "core" and result["implementation"] != OURS:
+        if result["scenario"] == "core" and result.get("stage") == "decode":
             by_core_objects[result["objects"]] = dict(result)
     for (scenario, stage, objects), members in group(results).items():
         ours = [m for m in members if m["implementation"] == OURS]
@@ -183,8 +185,8 @@ def ratio_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         mine = ours[0]
         peers = [m for m in members if m["implementation"] != OURS]
-        if scenario == "core" and not peers and objects in by_core_objects:
-            peers = [by_core_objects[objects]]  # every core stage against orjson alone
+        if scenario == "core" and objects in by_core_objects:
+            peers.append(by_core_objects[objects])  # every core stage against orjson alone
         for peer in peers:
             rows.append(
                 {
@@ -193,12 +195,15 @@ def ratio_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "objects": objects,
                     "versus": peer["implementation"],
                     "per_second": ratio(mine["per_second"], peer["per_second"]),
-                    # A core stage's peak RSS is mostly the recorded body it replays.
+                    # The decode stage's peak RSS is mostly the body it holds.
                     "peak_rss": None
-                    if scenario == "core"
+                    if peer.get("stage") == "decode"
                     else ratio(mine["peak_rss_bytes"], peer["peak_rss_bytes"]),
                     "cpu": ratio(mine["cpu_seconds"], peer["cpu_seconds"]),
                     "p99": ratio(mine.get("p99_seconds"), peer.get("p99_seconds")),
+                    "bytes_per_object": ratio(
+                        mine.get("rss_per_object") or None, peer.get("rss_per_object") or None
+                    ),
                 }
             )
     return rows
@@ -242,15 +247,16 @@ def format_table(results: Sequence[Mapping[str, Any]]) -> str:
             "",
             "Ratios ours / peer (per second: >1 = ours faster; RSS, CPU, p99: <1 = ours better)",
             "",
-            "| scenario | stage | objects | ours / | per second | peak RSS | CPU s | p99 lag |",
-            "|---|---|---:|---|---:|---:|---:|---:|",
+            "| scenario | stage | objects | ours / | per second | peak RSS | CPU s | p99 lag "
+            "| B/object |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|",
         ]
         for row in rows:
             lines.append(
                 f"| {row['scenario']} | {row['stage'] or ''} | {row['objects']} "
                 f"| {row['versus']} | {_fmt(row['per_second'], '.2f')} "
                 f"| {_fmt(row['peak_rss'], '.2f')} | {_fmt(row['cpu'], '.2f')} "
-                f"| {_fmt(row['p99'], '.2f')} |"
+                f"| {_fmt(row['p99'], '.2f')} | {_fmt(row['bytes_per_object'], '.2f')} |"
             )
     return "\n".join(lines)
 

@@ -1,8 +1,10 @@
 """Building the Go peer (``bench/peers/go``) once, into the cache directory.
 
-The binary lands in ``<cache_root>/bench/go-peer-<hash>/task-peer``, where the hash covers
-``go.mod``, ``go.sum`` and ``main.go``: an edit of any of them builds anew, an unchanged tree
-reuses the binary. As for the control-plane binaries (:mod:`controller_runtime.envtest.binaries`)
+Two programs share the module: the controller-runtime Task controller (``main.go``,
+``task-peer``) and the client-go core peer (``core/``, ``core-peer``; see :mod:`bench.core`).
+Both land in ``<cache_root>/bench/go-peer-<hash>/``, where the hash covers ``go.mod``,
+``go.sum`` and every ``.go`` file: an edit of any of them builds anew, an unchanged tree reuses
+the binaries. As for the control-plane binaries (:mod:`controller_runtime.envtest.binaries`)
 the build is from the committed module files, ``-mod=readonly``, with the Go on PATH and the
 module proxy, showing progress; nothing lands in the repository.
 """
@@ -26,12 +28,20 @@ from controller_runtime.envtest.binaries import (
 )
 
 SOURCE = Path(__file__).with_name("go")
-FILES = ("go.mod", "go.sum", "main.go")
+PROGRAMS = {"task-peer": ".", "core-peer": "./core"}
+"""Each binary and the package it is built from."""
+
+
+def source_files() -> list[str]:
+    """The module's files, relative to :data:`SOURCE`, in a stable order."""
+    found = ["go.mod", "go.sum"]
+    found += sorted(str(p.relative_to(SOURCE)) for p in SOURCE.rglob("*.go"))
+    return found
 
 
 def source_hash() -> str:
     digest = hashlib.sha256()
-    for name in FILES:
+    for name in source_files():
         digest.update(name.encode() + b"\0" + (SOURCE / name).read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
@@ -43,9 +53,20 @@ def controller_runtime_version() -> str:
 
 
 def peer_binary(*, build: bool = True, progress: Progress = _stderr) -> Path:
-    """The Go peer's executable, built first when missing. Raises :class:`BinaryError`."""
+    """The Go Task controller's executable, built first when missing. Raises
+    :class:`BinaryError`."""
+    return _binary("task-peer", build=build, progress=progress)
+
+
+def core_peer_binary(*, build: bool = True, progress: Progress = _stderr) -> Path:
+    """The client-go core peer's executable, built first when missing. Raises
+    :class:`BinaryError`."""
+    return _binary("core-peer", build=build, progress=progress)
+
+
+def _binary(name: str, *, build: bool, progress: Progress) -> Path:
     target = cache_root() / "bench" / f"go-peer-{source_hash()}"
-    binary = target / "task-peer"
+    binary = target / name
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary
     if not build:
@@ -59,9 +80,10 @@ def peer_binary(*, build: bool = True, progress: Progress = _stderr) -> Path:
             return binary
         with tempfile.TemporaryDirectory(prefix="go-peer-", dir=target.parent) as work:
             workdir = Path(work)
-            for name in FILES:
-                shutil.copy(SOURCE / name, workdir / name)
-            out = workdir / "task-peer"
+            for file in source_files():
+                (workdir / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(SOURCE / file, workdir / file)
+            out = workdir / name
             env = {
                 **os.environ,
                 "CGO_ENABLED": "0",
@@ -69,11 +91,12 @@ def peer_binary(*, build: bool = True, progress: Progress = _stderr) -> Path:
                 "GOFLAGS": "-mod=readonly -buildvcs=false",
                 "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "local"),
             }
-            label = f"the Go peer (controller-runtime {controller_runtime_version()})"
+            label = f"the Go {name} (controller-runtime {controller_runtime_version()})"
             progress(f"building {label} from Go modules (first time only; about 2 minutes)")
-            command = [go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."]
+            package = PROGRAMS[name]
+            command = [go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", str(out), package]
             _run_with_progress(command, workdir, env, label, progress)
-            tmp = target / ".task-peer.tmp"
+            tmp = target / f".{name}.tmp"
             shutil.move(str(out), tmp)
             tmp.chmod(0o755)
             tmp.replace(binary)

@@ -33,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -42,88 +41,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"controller-runtime-py.invalid/bench/peer/api"
 )
-
-// ---- the Task API (tasks.crpy.io/v1), as manifests/crds/tasks.crpy.io.yaml defines it ----
-
-var groupVersion = schema.GroupVersion{Group: "tasks.crpy.io", Version: "v1"}
-
-type TaskSpec struct {
-	Priority  int64  `json:"priority"`
-	Details   string `json:"details,omitempty"`
-	Deadline  string `json:"deadline,omitempty"`
-	TaskState string `json:"taskState,omitempty"`
-}
-
-type TaskStatus struct {
-	State              string             `json:"state,omitempty"`
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
-	Conditions         []metav1.Condition `json:"conditions,omitempty"`
-}
-
-type Task struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              TaskSpec   `json:"spec"`
-	Status            TaskStatus `json:"status,omitempty"`
-}
-
-type TaskList struct {
-	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Task `json:"items"`
-}
-
-func (in *TaskStatus) DeepCopyInto(out *TaskStatus) {
-	*out = *in
-	if in.Conditions != nil {
-		out.Conditions = make([]metav1.Condition, len(in.Conditions))
-		for i := range in.Conditions {
-			in.Conditions[i].DeepCopyInto(&out.Conditions[i])
-		}
-	}
-}
-
-func (in *Task) DeepCopyInto(out *Task) {
-	*out = *in
-	out.TypeMeta = in.TypeMeta
-	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Spec = in.Spec
-	in.Status.DeepCopyInto(&out.Status)
-}
-
-func (in *Task) DeepCopy() *Task {
-	if in == nil {
-		return nil
-	}
-	out := new(Task)
-	in.DeepCopyInto(out)
-	return out
-}
-
-func (in *Task) DeepCopyObject() runtime.Object { return in.DeepCopy() }
-
-func (in *TaskList) DeepCopyObject() runtime.Object {
-	if in == nil {
-		return nil
-	}
-	out := new(TaskList)
-	*out = *in
-	in.ListMeta.DeepCopyInto(&out.ListMeta)
-	if in.Items != nil {
-		out.Items = make([]Task, len(in.Items))
-		for i := range in.Items {
-			in.Items[i].DeepCopyInto(&out.Items[i])
-		}
-	}
-	return out
-}
-
-func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(groupVersion, &Task{}, &TaskList{})
-	metav1.AddToGroupVersion(scheme, groupVersion)
-	return nil
-}
 
 // ---- the reconciler ----
 
@@ -137,7 +57,7 @@ type reconciler struct {
 }
 
 // deriveStatus mirrors controllers/task.py:derive_status.
-func deriveStatus(task *Task, now time.Time) (TaskStatus, time.Duration) {
+func deriveStatus(task *api.Task, now time.Time) (api.TaskStatus, time.Duration) {
 	status := copyStatus(&task.Status)
 	desired := task.Spec.TaskState
 	if desired == "" {
@@ -184,13 +104,13 @@ func deriveStatus(task *Task, now time.Time) (TaskStatus, time.Duration) {
 }
 
 // copyStatus is a deep copy, so deriveStatus never mutates the object read from the cache.
-func copyStatus(in *TaskStatus) TaskStatus {
-	var out TaskStatus
+func copyStatus(in *api.TaskStatus) api.TaskStatus {
+	var out api.TaskStatus
 	in.DeepCopyInto(&out)
 	return out
 }
 
-func benchCount(status *TaskStatus, stamp string) int {
+func benchCount(status *api.TaskStatus, stamp string) int {
 	condition := meta.FindStatusCondition(status.Conditions, "Bench")
 	if condition == nil {
 		return 0
@@ -207,7 +127,7 @@ func benchCount(status *TaskStatus, stamp string) int {
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	task := &Task{}
+	task := &api.Task{}
 	if err := r.client.Get(ctx, req.NamespacedName, task); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
@@ -264,7 +184,7 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 
 	scheme := runtime.NewScheme()
-	if err := addKnownTypes(scheme); err != nil {
+	if err := api.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
 	cfg := ctrl.GetConfigOrDie()
@@ -294,7 +214,7 @@ func main() {
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("task").
-		For(&Task{}, builder.WithPredicates(predicates...)).
+		For(&api.Task{}, builder.WithPredicates(predicates...)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: *workers}).
 		Complete(r)
 	if err != nil {

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bench import report
+from bench.core import core_runs
 from bench.runners.stamp import bench_count, stamped
 from bench.scrape import Progress, parse
 
@@ -104,6 +105,38 @@ def test_core_stages_are_compared_with_decoding_alone() -> None:
         ("controller", "limit"),
     ]
     assert [r["per_second"] for r in rows] == [pytest.approx(0.5), pytest.approx(0.25)]
+
+
+def test_core_stages_are_compared_with_client_go_and_decoding_alone() -> None:
+    results = [
+        result("limit", "core", stage="decode", objects=100, per_second=1000.0),
+        result(
+            "ours", "core", stage="informer", objects=100, per_second=600.0, rss_per_object=900.0
+        ),
+        result(
+            "go", "core", stage="informer", objects=100, per_second=400.0, rss_per_object=3000.0
+        ),
+    ]
+    rows = {row["versus"]: row for row in report.ratio_rows(results)}
+    assert set(rows) == {"go", "limit"}
+    assert rows["go"]["per_second"] == pytest.approx(1.5)
+    assert rows["go"]["bytes_per_object"] == pytest.approx(0.3)
+    assert rows["go"]["peak_rss"] == pytest.approx(1.0)
+    assert rows["limit"]["per_second"] == pytest.approx(0.6)
+    # The decode stage keeps nothing and holds the whole body: neither ratio means anything.
+    assert rows["limit"]["bytes_per_object"] is None
+    assert rows["limit"]["peak_rss"] is None
+    assert "| core | informer | 100 | go | 1.50 | 1.00 |" in report.format_table(results)
+
+
+def test_core_runs_rotate_and_decode_has_only_the_limit() -> None:
+    first = core_runs(("decode", "informer"), ("ours", "go"), 0)
+    assert first == [("decode", "limit"), ("informer", "ours"), ("informer", "go")]
+    rounds = [core_runs(("decode", "informer"), ("ours", "go"), r) for r in range(3)]
+    assert {tuple(r) for r in rounds} == {tuple(first[i:] + first[:i]) for i in range(3)}
+    # Over as many rounds as runs, every run takes every place once.
+    for place in range(3):
+        assert {r[place] for r in rounds} == set(first)
 
 
 def test_ratio_of_zero_or_missing_peer_is_none() -> None:
