@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, Self, TypedDict, Unpack
 
 from controller_runtime.cache import Cache, KindInformers
+from controller_runtime.consistency import OwnWriteEchoes
 from controller_runtime.controller import (
     Controller,
     ControllerOptions,
@@ -88,6 +89,7 @@ class OptionChanges(TypedDict, total=False):
     rate_limiter: RateLimiter[Request] | None
     cache_sync_timeout: float
     skip_name_validation: bool
+    skip_own_write_echoes: bool
 
 
 def _check_predicates(where: str, predicates: Sequence[PredicateLike]) -> tuple[PredicateLike, ...]:
@@ -301,10 +303,17 @@ class ControllerBuilder:
         cached = [await cache.watch(api_version, kind) for api_version, kind in self._cached]
 
         guard = self._guard_factory(name) if self._guard_factory is not None else None
-        controller = Controller(name, reconciler, options=self._options, guard=guard)
+        echoes = None
+        if self._options.skip_own_write_echoes and main_entry is not None:
+            echoes = OwnWriteEchoes(main_entry.resource)
+        controller = Controller(name, reconciler, options=self._options, guard=guard, echoes=echoes)
         if main is not None and main_entry is not None:
             assert main.handler is not None
-            self._register(controller, main_entry, main.handler, main.predicates)
+            # The echo filter last: it is one empty-dict test for every event not ours.
+            for_predicates: tuple[PredicateLike, ...] = main.predicates
+            if echoes is not None:
+                for_predicates = (*for_predicates, echoes)
+            self._register(controller, main_entry, main.handler, for_predicates)
         for watch, entry in zip(self._watches, entries, strict=True):
             handler = watch.handler
             if handler is None:

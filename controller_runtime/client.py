@@ -361,7 +361,12 @@ class Client:
         resource, namespace, name = await self._locate(obj)
         _require_resource_version(obj, "update")
         return await self._write(
-            "PUT", resource.path(namespace, name), resource, body=obj, dry_run=dry_run
+            "PUT",
+            resource.path(namespace, name),
+            resource,
+            body=obj,
+            dry_run=dry_run,
+            precondition=_precondition(obj),
         )
 
     async def patch(
@@ -387,6 +392,7 @@ class Client:
             body=_patch_body(patch, patch_type),
             content_type=PATCH_CONTENT_TYPES[patch_type],
             dry_run=dry_run,
+            precondition=_patch_precondition(patch, patch_type),
         )
 
     async def apply(
@@ -418,7 +424,11 @@ class Client:
         resource, namespace, name = await self._locate(obj)
         _require_resource_version(obj, "update_status")
         return await self._write(
-            "PUT", resource.path(namespace, name, "status"), resource, body=obj
+            "PUT",
+            resource.path(namespace, name, "status"),
+            resource,
+            body=obj,
+            precondition=_precondition(obj),
         )
 
     async def patch_status(
@@ -436,6 +446,7 @@ class Client:
             resource,
             body=_patch_body(patch, patch_type),
             content_type=PATCH_CONTENT_TYPES[patch_type],
+            precondition=_patch_precondition(patch, patch_type),
         )
 
     async def apply_status(
@@ -690,7 +701,10 @@ class Client:
         content_type: str = "application/json",
         dry_run: bool = False,
         params: Mapping[str, str] | None = None,
+        precondition: str | None = None,
     ) -> Obj:
+        """Send one write; record its answer (``precondition``: the resourceVersion the write
+        required, when it required one)."""
         query = dict(params or {"fieldManager": self.field_manager})
         if dry_run:
             query["dryRun"] = "All"
@@ -706,15 +720,21 @@ class Client:
         _log_warnings(answer)
         result: Obj = answer.json()
         if not dry_run:
-            self._recorded_write(resource, result)
+            self._recorded_write(resource, result, precondition)
         return result
 
-    def _recorded_write(self, resource: ResourceInfo, obj: Mapping[str, Any]) -> None:
+    def _recorded_write(
+        self, resource: ResourceInfo, obj: Mapping[str, Any], precondition: str | None = None
+    ) -> None:
         if self._overlay is not None:
             self._overlay.remember_write(resource.api_version, resource.kind, obj)
         context = CURRENT_RECONCILE.get()
-        if context is not None and context.guard is not None:
+        if context is None:
+            return
+        if context.guard is not None:
             context.guard.record_write(context.request, resource, obj)
+        if context.echoes is not None and precondition:
+            context.echoes.record(context.request, resource, precondition, obj)
 
     def _recorded_delete(
         self, resource: ResourceInfo, namespace: str | None, name: str, uid: str | None
@@ -770,6 +790,21 @@ def _require_resource_version(obj: Mapping[str, Any], verb: str) -> None:
             f"{verb} needs metadata.resourceVersion (it is the optimistic-concurrency "
             "precondition); read the object first, or use patch/apply for an unconditional write"
         )
+
+
+def _precondition(obj: Mapping[str, Any]) -> str | None:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return rv if isinstance(rv, str) and rv else None
+
+
+def _patch_precondition(
+    patch: Mapping[str, Any] | Sequence[Mapping[str, Any]], patch_type: str
+) -> str | None:
+    """The resourceVersion a merge or strategic patch requires (its
+    ``metadata.resourceVersion``), if any. JSON patches' ``test`` operations are not read."""
+    if patch_type == "json" or not isinstance(patch, Mapping):
+        return None
+    return _precondition(patch)
 
 
 def _patch_body(patch: Mapping[str, Any] | Sequence[Mapping[str, Any]], patch_type: str) -> Any:

@@ -16,6 +16,9 @@ Two pieces live here:
 - :class:`OwnWritesOverlay`, an optional overlay for the client's cached ``get``: it returns the
   newer of the cached object and the client's own last write of it (client-go's
   ``MutationCache`` / JOSDK's temporary resource cache, in spirit).
+- :class:`OwnWriteEchoes`, optional (``ControllerOptions.skip_own_write_echoes``): a filter on
+  the controller's own kind that drops the watch event of an object whose only change is the
+  controller's own conditioned write of it, so that write is not reconciled a second time.
 
 Everything here runs on one event loop and is not thread-safe.
 """
@@ -36,13 +39,14 @@ from controller_runtime.reconcile import Request
 from informers.labels import LabelSelector
 from informers.resource_version import compare_resource_versions
 from informers.shared import SharedInformer
-from informers.store import Store
+from informers.store import Store, StoreDelta
 from kubeclient.discovery import ResourceInfo
 
 __all__ = [
     "DEFAULT_MAX_WAIT",
     "DEFAULT_REQUEUE_DELAY",
     "InformerSource",
+    "OwnWriteEchoes",
     "OwnWritesOverlay",
     "ReadYourWritesGuard",
 ]
@@ -445,3 +449,112 @@ class OwnWritesOverlay:
                 del self._writes[key]
                 return None
         return orjson.loads(own.raw)  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------- own-write echoes
+
+EchoChain = dict[str, str]
+"""Of one object: each resourceVersion our conditioned writes required -> the one they made."""
+
+
+def is_own_echo(chain: Mapping[str, str], old_rv: str | None, new_rv: str | None) -> bool:
+    """Whether a change of an object from ``old_rv`` to ``new_rv`` is exactly one of our own
+    conditioned writes (``chain``: required -> written resourceVersion).
+
+    Sound because a write conditioned on ``old_rv`` succeeds only if the object is still at
+    ``old_rv``: nothing else changed it between, so a change ``old_rv -> new_rv`` that ends at
+    our write's answer holds no change of anyone else. A relist that skipped versions shows an
+    older ``old_rv`` and does not match.
+    """
+    return old_rv is not None and new_rv is not None and chain.get(old_rv) == new_rv
+
+
+def _rv(obj: Mapping[str, Any] | None) -> str | None:
+    if obj is None:
+        return None
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return rv if isinstance(rv, str) else None
+
+
+class OwnWriteEchoes:
+    """Drops the watch events that only echo the controller's own writes of its objects.
+
+    A reconcile that writes the object it reconciles (typically its status) makes the server
+    send that change back as a watch event, which would queue the object and reconcile it a
+    second time; for a reconciler that converges in one pass (the next reconcile would write
+    nothing), that second reconcile is pure cost. With
+    ``ControllerOptions(skip_own_write_echoes=True)`` the builder puts this filter on the
+    controller's ``for_`` kind, and the client reports (:meth:`record`) every write made while
+    reconciling an object, **conditioned on a resourceVersion** (``update``,
+    ``update_status``, or a merge patch carrying ``metadata.resourceVersion``), of that same
+    object. A ``MODIFIED`` delta from exactly the required resourceVersion to exactly the one
+    the write returned is then dropped (:func:`is_own_echo`); every other delta passes.
+
+    What it guarantees: no change made by anyone else is dropped (a conditioned write proves
+    nothing came between). An unconditioned write (``apply``, a patch without a
+    resourceVersion) is never skipped. A write's echo that arrives before the client has
+    recorded the write is not skipped (one extra reconcile, as without this filter).
+
+    **Caveat**: the reconcile of the controller's own write does not run. A reconciler that
+    relies on it (writes a first step, for example adds a finalizer, and returns, counting on
+    the update event to call it again) must requeue explicitly, or leave this off (the default).
+
+    Memory: a record per written object until its echo (or any later change) arrives, at most
+    ``max_records`` (oldest dropped first; dropping only loses a skip). ``skipped`` counts the
+    events dropped.
+    """
+
+    def __init__(self, resource: ResourceInfo, *, max_records: int = 100_000) -> None:
+        self.group_resource = resource.group_resource
+        self.namespaced = resource.namespaced
+        self.max_records = max_records
+        self.skipped = 0
+        self._chains: dict[str, EchoChain] = {}
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+    def record(
+        self, request: Request, resource: ResourceInfo, precondition: str, obj: Mapping[str, Any]
+    ) -> None:
+        """A write of ``request``'s own object conditioned on ``precondition`` was answered with
+        ``obj``. Writes of other objects, or of another kind, are ignored."""
+        if resource.group_resource != self.group_resource:
+            return
+        meta = obj.get("metadata") or {}
+        namespace = (meta.get("namespace") or "") if self.namespaced else ""
+        if meta.get("name") != request.name or namespace != request.namespace:
+            return
+        written = meta.get("resourceVersion")
+        if not precondition or not isinstance(written, str) or not written:
+            return
+        key = f"{namespace}/{request.name}" if namespace else request.name
+        chains = self._chains
+        chain = chains.get(key)
+        if chain is None:
+            if len(chains) >= self.max_records:
+                del chains[next(iter(chains))]
+            chains[key] = {precondition: written}
+        else:
+            chain[precondition] = written
+
+    def __call__(self, delta: StoreDelta) -> bool:
+        """The predicate: ``False`` (drop) for the echo of a recorded write, else ``True``."""
+        chains = self._chains
+        if not chains:
+            return True
+        chain = chains.get(delta.key)
+        if chain is None:
+            return True
+        if delta.type == "MODIFIED" and delta.has_old:
+            old_rv = _rv(delta.old)
+            if is_own_echo(chain, old_rv, _rv(delta.obj)):
+                assert old_rv is not None
+                del chain[old_rv]
+                if not chain:
+                    del chains[delta.key]
+                self.skipped += 1
+                return False
+        # Anything else about this object: its later history is not ours alone any more.
+        del chains[delta.key]
+        return True

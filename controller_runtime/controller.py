@@ -69,6 +69,7 @@ from controller_runtime.ratelimiter import RateLimiter, default_controller_rate_
 from controller_runtime.reconcile import (
     CURRENT_RECONCILE,
     ConsistencyGuard,
+    OwnWriteRecorder,
     ReconcileContext,
     ReconcileFunc,
     Reconciler,
@@ -164,6 +165,12 @@ class ControllerOptions:
             the controller's sources (default 120).
         skip_name_validation: allow a name already used in this process (default ``False``;
             for tests that build the same controller repeatedly).
+        skip_own_write_echoes: do not reconcile an object again when its only change is this
+            controller's own write of it, conditioned on a resourceVersion (default
+            ``False``; the builder's ``for_`` kind only; see
+            :class:`~controller_runtime.consistency.OwnWriteEchoes`). For reconcilers that
+            converge in one pass: one that writes a first step and returns, counting on the
+            update event to run again, must requeue explicitly with this on.
     """
 
     max_concurrent_reconciles: int = 1
@@ -171,6 +178,7 @@ class ControllerOptions:
     rate_limiter: RateLimiter[Request] | None = None
     cache_sync_timeout: float = DEFAULT_CACHE_SYNC_TIMEOUT
     skip_name_validation: bool = False
+    skip_own_write_echoes: bool = False
 
     def __post_init__(self) -> None:
         if self.max_concurrent_reconciles < 1:
@@ -258,6 +266,9 @@ class Controller:
             then re-added after that delay (same priority), counted in
             ``controller_runtime_stale_skips_total``, and the worker moves on; nothing waits.
             A guard that raises fails open (the reconcile runs; the error is logged).
+        echoes: where the client reports the conditioned writes of each reconcile, when the
+            controller skips the echoes of its own writes (the builder makes it, with
+            ``options.skip_own_write_echoes``; default ``None``).
 
     Usually built by :class:`~controller_runtime.builder.ControllerBuilder`, which also
     connects informers to it (:meth:`watch`). Lifecycle: :meth:`start` (waits for the sources'
@@ -272,6 +283,7 @@ class Controller:
         *,
         options: ControllerOptions | None = None,
         guard: ConsistencyGuard | None = None,
+        echoes: OwnWriteRecorder | None = None,
     ) -> None:
         if not name:
             raise ValueError("a controller needs a name")
@@ -282,6 +294,7 @@ class Controller:
             _NAMES[name] = self
         self.name = name
         self.guard = guard
+        self.echoes = echoes
         self.queue: WorkQueue[Request] = WorkQueue(
             name,
             controller=name,
@@ -490,7 +503,9 @@ class Controller:
 
         m = self._m
         reconcile_id = f"{self._id_prefix}{next(self._ids):x}"
-        token = CURRENT_RECONCILE.set(ReconcileContext(self.name, request, reconcile_id, guard))
+        token = CURRENT_RECONCILE.set(
+            ReconcileContext(self.name, request, reconcile_id, guard, self.echoes)
+        )
         self._active += 1
         start = time.perf_counter()
         try:

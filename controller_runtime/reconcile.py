@@ -81,19 +81,33 @@ class ConsistencyGuard(Protocol):
         ...
 
 
+class OwnWriteRecorder(Protocol):
+    """Where the client reports the conditioned writes of a reconcile (implemented by
+    :class:`~controller_runtime.consistency.OwnWriteEchoes`)."""
+
+    def record(
+        self, request: Request, resource: ResourceInfo, precondition: str, obj: Mapping[str, Any]
+    ) -> None:
+        """A write conditioned on ``precondition`` (the resourceVersion it required) was
+        answered with ``obj``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ReconcileContext:
     """Where the current coroutine is: which controller reconciles which request.
 
     Set by the controller around each reconcile (a :mod:`contextvars` variable, so it follows
     the reconcile into every coroutine it awaits and tasks it creates). The client reads it to
-    record its writes with the controller's :class:`ConsistencyGuard`.
+    record its writes with the controller's :class:`ConsistencyGuard` and, when the controller
+    skips the echoes of its own writes, with its :class:`OwnWriteRecorder`.
     """
 
     controller: str
     request: Request
     reconcile_id: str
     guard: ConsistencyGuard | None = None
+    echoes: OwnWriteRecorder | None = None
 
 
 CURRENT_RECONCILE: contextvars.ContextVar[ReconcileContext | None] = contextvars.ContextVar(
