@@ -19,12 +19,9 @@ field of the CRD: ``kubectl get tasks --field-selector status.state=Overdue`` li
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-
-import orjson
 
 from controller_runtime import (
     Client,
@@ -60,28 +57,22 @@ def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def _copy_json(value: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of JSON data (what the cache returns): an orjson round trip, ~6x faster
-    than ``copy.deepcopy`` on a Task's status (≈ 0.9 against 5.3 µs), which showed as 17 % of
-    the controller's CPU when 100k Tasks were reconciled at a restart. Falls back to
-    ``copy.deepcopy`` for anything orjson cannot encode."""
-    try:
-        copied: dict[str, Any] = orjson.loads(orjson.dumps(value))
-    except TypeError:  # orjson.JSONEncodeError is one
-        return copy.deepcopy(value)
-    return copied
-
-
 def derive_status(task: dict[str, Any], now: datetime) -> tuple[dict[str, Any], float | None]:
     """The status ``task`` should have at ``now``, and the seconds until it changes by
-    itself (the deadline of an open task), or ``None``."""
+    itself (the deadline of an open task), or ``None``. ``task`` is not mutated; the new
+    status shares the conditions it leaves unchanged with it (replace a condition, as
+    ``set_condition`` does, rather than edit it in place)."""
     spec = task.get("spec") or {}
     desired = spec.get("taskState") or "Pending"
     deadline_text = spec.get("deadline")
     deadline = parse_time(deadline_text) if deadline_text else None
     wake_in: float | None = None
-    status = _copy_json(task.get("status") or {})
-    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
+    # Copy on write, no deep copy: the status and its conditions list are new, set_condition
+    # replaces a condition rather than editing it, and nothing else nested is touched, so
+    # ``task`` is never mutated (unchanged conditions are shared with it).
+    status = dict(task.get("status") or {})
+    conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
+    status["conditions"] = conditions
     generation = task.get("metadata", {}).get("generation")
     if desired not in OPEN_STATES:
         state, overdue, reason, message = desired, False, "Closed", f"the task is {desired}"

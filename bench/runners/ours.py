@@ -8,7 +8,9 @@ restricted to NS, with leader election, metrics and probes off, uvloop when inst
 ``python -m controllers`` runs), logging at WARNING; ``--metrics-bind-address`` turns the
 metrics endpoint on (the restart scenario reads "done" from it). ``write-heavy``: the same
 reconciler body, but every reconcile writes (see :mod:`bench.runners.stamp`) and the
-controller has no predicate, so each status write comes back as an event and is reconciled again.
+controller has no predicate, so each status write comes back as an event; that echo of its own
+conditioned write is not reconciled again (``skip_own_write_echoes``) unless
+``--reconcile-echoes``.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ async def run(args: argparse.Namespace) -> int:
             ControllerBuilder(manager)
             .named("task")
             .for_(TASK_API_VERSION, TASK_KIND)
-            .with_options(options)
+            .with_options(options, skip_own_write_echoes=not args.reconcile_echoes)
             .complete(reconciler)
         )
     await run_until_signalled(manager)
@@ -110,6 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stamp", default="")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--reconcile-echoes",
+        action="store_true",
+        help="write-heavy: reconcile the echo of each own status write again (as the Go peer "
+        "does) instead of skipping it (skip_own_write_echoes, the default here)",
+    )
     parser.add_argument(
         "--metrics-bind-address",
         default="0",
