@@ -31,6 +31,10 @@ implementation; see :mod:`bench.kube`):
     created once and reused); each implementation starts on them and must reconcile each once,
     nothing to write. Done is read from the process's own Prometheus endpoint (the same metric
     names in ours and Go). Beside it, ``limit``: a plain paginated LIST + orjson decode.
+``startup``
+    :mod:`bench.startup`: ``python -m controllers`` (Task controller), the docs' mirror
+    controller and the Go peer from exec to ready and to the first reconcile at 0, 1k and
+    10k objects, with the idle RSS and ``python -X importtime`` per package.
 ``core``
     :mod:`bench.core` (no API server): recorded watch bytes served over loopback HTTP, read by
     our informer (-> queue -> no-op reconcile) and by client-go's (-> workqueue), beside
@@ -59,8 +63,8 @@ from bench.procs import Child, cpu_seconds
 from bench.report import Result
 from controller_runtime.envtest.binaries import BinaryError
 
-SCENARIOS = ("sync", "churn", "write-heavy", "restart", "core")
-CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy", "restart")
+SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup", "core")
+CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup")
 IMPLEMENTATIONS = ("ours", "go", "kopf")
 RESULTS_DIR = Path(__file__).with_name("results")
 REPO = Path(__file__).resolve().parents[1]
@@ -79,6 +83,7 @@ class Settings:
     implementations: tuple[str, ...]
     objects: int
     restart_objects: int
+    startup_objects: tuple[int, ...]
     core_objects: tuple[int, ...]
     workers: int
     churn_rate: float
@@ -124,6 +129,11 @@ def parser() -> argparse.ArgumentParser:
         "--restart-objects",
         type=int,
         help="reconciled Tasks the restart scenario starts on (default 100000)",
+    )
+    p.add_argument(
+        "--startup-objects",
+        type=_ints,
+        help="comma-separated sizes of the startup scenario (default 0,1000,10000)",
     )
     p.add_argument(
         "--core-objects",
@@ -200,6 +210,9 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         implementations=tuple(args.implementations),
         objects=objects,
         restart_objects=args.restart_objects or (1000 if args.quick else 100_000),
+        startup_objects=args.startup_objects
+        if args.startup_objects is not None
+        else ((0, 1000) if args.quick else (0, 1000, 10_000)),
         core_objects=core,
         workers=args.workers,
         churn_rate=args.churn_rate,
@@ -614,6 +627,10 @@ async def run_cluster(cluster: Cluster) -> None:
             from bench.restart import run_restart_round  # noqa: PLC0415
 
             await run_restart_round(cluster, transport, s.implementations)
+        if "startup" in s.scenarios:
+            from bench.startup import run_startup_round  # noqa: PLC0415
+
+            await run_startup_round(cluster, transport, s.implementations, s.startup_objects)
         if not {"sync", "churn", "write-heavy"} & set(s.scenarios):
             return
         for repeat in range(s.repeat):

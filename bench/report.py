@@ -15,7 +15,11 @@ Optional: ``p50_seconds``/``p99_seconds`` (float, churn lag), ``stage`` (str, co
 result is the median of several runs: how many, and each run's ``per_second``). The restart
 scenario adds ``empty_rss_bytes`` (the process's RSS on an empty namespace; ``rss_per_object``
 is then peak minus that, over N), ``setup_seconds`` (creating the N reconciled Tasks, not
-measured) and, for its limit, ``list_bytes`` (the LIST's bytes on the wire).
+measured) and, for its limit, ``list_bytes`` (the LIST's bytes on the wire). The startup
+scenario: ``seconds`` from exec to the first reconcile (to ready at 0 objects; ``per_second``
+is its inverse), ``ready_seconds``, ``first_reconcile_seconds``, ``all_reconciled_seconds``,
+at 0 objects ``idle_rss_bytes`` and ``reconcile_after_create_seconds``, and for the Python
+programs ``import_seconds`` (``python -X importtime`` summed per top-level package).
 
 Ratios are always ours / peer of the same figure, so their reading depends on the figure:
 for ``per_second`` above 1 means ours is faster; for seconds, RSS, CPU and lag below 1 means
@@ -34,6 +38,9 @@ Result = dict[str, Any]
 
 OURS = "ours"
 """The implementation name of this project's runtime in every scenario."""
+
+NOT_PEERS = ("mirror",)
+"""Rows of ours beside ours (the startup scenario's docs mirror controller): no ratio."""
 
 REQUIRED: dict[str, tuple[type, ...]] = {
     "scenario": (str,),
@@ -65,9 +72,15 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "list_bytes": (int,),
     "setup_seconds": (int, float),
     "heap_per_object": (int, float),
+    "ready_seconds": (int, float),
+    "first_reconcile_seconds": (int, float),
+    "all_reconciled_seconds": (int, float),
+    "idle_rss_bytes": (int,),
+    "reconcile_after_create_seconds": (int, float),
+    "import_seconds": (dict,),
 }
 
-SCENARIO_ORDER = ("sync", "churn", "write-heavy", "restart", "core")
+SCENARIO_ORDER = ("sync", "churn", "write-heavy", "restart", "startup", "core")
 
 RESTART_NOTE = (
     "restart: kopf is left out (it serves no reconcile counter, and with nothing to write "
@@ -184,7 +197,7 @@ def ratio_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if not ours:
             continue
         mine = ours[0]
-        peers = [m for m in members if m["implementation"] != OURS]
+        peers = [m for m in members if m["implementation"] not in (OURS, *NOT_PEERS)]
         if scenario == "core" and objects in by_core_objects:
             peers.append(by_core_objects[objects])  # every core stage against orjson alone
         for peer in peers:

@@ -13,15 +13,18 @@
 //
 // Settings that matter for a fair comparison with the Python controller: the cache is limited
 // to -namespace, managedFields are stripped before caching (the Python informer's default
-// transform), -workers sets MaxConcurrentReconciles, probes are off, metrics are off unless
-// -metrics-bind-address is given (the restart scenario scrapes them), no leader election.
+// transform), -workers sets MaxConcurrentReconciles, probes are off unless
+// -health-probe-bind-address is given (the startup scenario polls /readyz), metrics are off
+// unless -metrics-bind-address is given (the restart scenario scrapes them), no leader election.
 // controller-runtime leaves client-side rate limiting off (QPS -1) by default.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -175,6 +178,9 @@ func main() {
 	workers := flag.Int("workers", 1, "MaxConcurrentReconciles")
 	metricsAddr := flag.String("metrics-bind-address", "0",
 		"the Prometheus endpoint (host:port; \"0\" = off); the restart scenario scrapes it")
+	probeAddr := flag.String("health-probe-bind-address", "0",
+		"/healthz and /readyz (host:port; \"0\" = off); ready once the cache has synced, as "+
+			"the Python manager's /readyz (the startup scenario polls it)")
 	flag.Parse()
 	if *namespace == "" {
 		fmt.Fprintln(os.Stderr, "-namespace is required")
@@ -195,11 +201,27 @@ func main() {
 			DefaultTransform:  cache.TransformStripManagedFields(),
 		},
 		Metrics:                server.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress: "0",
+		HealthProbeBindAddress: *probeAddr,
 		LeaderElection:         false,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
+		os.Exit(1)
+	}
+	// Ready once the Task informer has synced (the cache alone reports synced before the
+	// controller has started its informer).
+	if err := mgr.AddReadyzCheck("informers-synced", func(req *http.Request) error {
+		informer, err := mgr.GetCache().GetInformer(
+			req.Context(), &api.Task{}, cache.BlockUntilSynced(false))
+		if err != nil {
+			return err
+		}
+		if !informer.HasSynced() {
+			return errors.New("the Task informer has not synced")
+		}
+		return nil
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "readyz:", err)
 		os.Exit(1)
 	}
 	r := &reconciler{

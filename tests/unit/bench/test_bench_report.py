@@ -129,6 +129,34 @@ def test_core_stages_are_compared_with_client_go_and_decoding_alone() -> None:
     assert "| core | informer | 100 | go | 1.50 | 1.00 |" in report.format_table(results)
 
 
+def test_the_mirror_controller_is_no_peer_of_ours() -> None:
+    results = [
+        result("ours", "startup", objects=0, seconds=0.4, per_second=2.5),
+        result("go", "startup", objects=0, seconds=0.1, per_second=10.0),
+        result("mirror", "startup", objects=0, seconds=0.5, per_second=2.0),
+    ]
+    rows = report.ratio_rows(results)
+    assert [(r["versus"], r["per_second"]) for r in rows] == [("go", pytest.approx(0.25))]
+
+
+def test_import_breakdown_sums_self_time_per_package() -> None:
+    from bench.startup import import_breakdown  # noqa: PLC0415
+
+    lines = [
+        "import time: self [us] | cumulative | imported package",
+        "import time:       100 |        100 |     aiohttp.http",
+        "import time:       300 |        400 |   aiohttp",
+        "import time:        50 |         50 | orjson",
+        "not an importtime line",
+    ]
+    parts = import_breakdown(lines, top=1)
+    assert parts == {
+        "aiohttp": pytest.approx(0.0004),
+        "(rest)": pytest.approx(0.00005),
+        "(total)": pytest.approx(0.00045),
+    }
+
+
 def test_core_runs_rotate_and_decode_has_only_the_limit() -> None:
     first = core_runs(("decode", "informer"), ("ours", "go"), 0)
     assert first == [("decode", "limit"), ("informer", "ours"), ("informer", "go")]
