@@ -83,6 +83,9 @@ class Settings:
     implementations: tuple[str, ...]
     objects: int
     restart_objects: int
+    restart_load: str
+    restart_shards: int
+    etcd_quota_gib: float | None
     startup_objects: tuple[int, ...]
     core_objects: tuple[int, ...]
     workers: int
@@ -129,6 +132,27 @@ def parser() -> argparse.ArgumentParser:
         "--restart-objects",
         type=int,
         help="reconciled Tasks the restart scenario starts on (default 100000)",
+    )
+    p.add_argument(
+        "--restart-load",
+        choices=("api", "etcd"),
+        default="api",
+        help="restart: create the reconciled Tasks through the API server (a POST and a "
+        "status PATCH each), or write them straight into etcd (bench/etcdload.py; for a "
+        "million objects) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--restart-shards",
+        type=int,
+        default=0,
+        help="restart: also run the sharded Task controller with this many replicas "
+        "(server-side sharded watches; the row ours-sharded; default: 0, not run)",
+    )
+    p.add_argument(
+        "--etcd-quota-gib",
+        type=float,
+        help="etcd's --quota-backend-bytes in GiB (default: etcd's 2 GiB; a million Tasks "
+        "need about 4)",
     )
     p.add_argument(
         "--startup-objects",
@@ -210,6 +234,9 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         implementations=tuple(args.implementations),
         objects=objects,
         restart_objects=args.restart_objects or (1000 if args.quick else 100_000),
+        restart_load=args.restart_load,
+        restart_shards=args.restart_shards,
+        etcd_quota_gib=args.etcd_quota_gib,
         startup_objects=args.startup_objects
         if args.startup_objects is not None
         else ((0, 1000) if args.quick else (0, 1000, 10_000)),
@@ -303,6 +330,8 @@ class Cluster:
         self.go_binary: Path | None = None
         self.run_id = time.strftime("%H%M%S")
         self.results: list[Result] = []
+        self.plane: Any = None
+        self.etcd_url = ""
 
     def command(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
@@ -777,9 +806,15 @@ def _run_cluster_scenarios(settings: Settings) -> list[Result]:
     for old in settings.logs_dir.glob("*.log"):
         old.unlink()
     say("starting the local control plane")
-    with ControlPlane() as plane:
+    etcd_args = {}
+    if settings.etcd_quota_gib:
+        etcd_args["--quota-backend-bytes"] = str(int(settings.etcd_quota_gib * 2**30))
+    gates = {"ShardedListAndWatch": True} if settings.restart_shards else {}
+    with ControlPlane(extra_etcd_args=etcd_args, feature_gates=gates) as plane:
         cluster = Cluster(cluster_settings, plane.kubeconfig, plane.pids())
         cluster.go_binary = go_binary
+        cluster.plane = plane
+        cluster.etcd_url = plane.etcd_url
         asyncio.run(run_cluster(cluster))
         return cluster.results
 

@@ -39,8 +39,9 @@ Result = dict[str, Any]
 OURS = "ours"
 """The implementation name of this project's runtime in every scenario."""
 
-NOT_PEERS = ("mirror",)
-"""Rows of ours beside ours (the startup scenario's docs mirror controller): no ratio."""
+NOT_PEERS = ("mirror", "ours-sharded")
+"""Rows of ours beside ours (the startup scenario's docs mirror controller, the restart
+scenario's sharded replicas): no ratio of ours to them."""
 
 REQUIRED: dict[str, tuple[type, ...]] = {
     "scenario": (str,),
@@ -78,6 +79,11 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "idle_rss_bytes": (int,),
     "reconcile_after_create_seconds": (int, float),
     "import_seconds": (dict,),
+    "replicas": (int,),
+    "replica_peak_rss_bytes": (list,),
+    "replica_cached_objects": (list,),
+    "etcd_rss_bytes": (int,),
+    "apiserver_rss_bytes": (int,),
 }
 
 SCENARIO_ORDER = ("sync", "churn", "write-heavy", "restart", "startup", "core")

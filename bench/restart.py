@@ -211,20 +211,83 @@ async def run_restart_round(
     namespace = f"bench-restart-{cluster.run_id}"
     empty = f"bench-restart-empty-{cluster.run_id}"
     await create_namespace(transport, empty)
-    _say(f"creating {n} reconciled Tasks in {namespace}")
-    took = await create_reconciled_tasks(transport, namespace, n, progress=_say)
-    _say(f"  created and reconciled in {took:.1f}s ({n / took:.0f}/s); not measured")
+    if s.restart_load == "etcd":
+        from bench.etcdload import load_reconciled_tasks  # noqa: PLC0415
+
+        _say(f"writing {n} reconciled Tasks of {namespace} into etcd")
+        took = await load_reconciled_tasks(cluster.etcd_url, transport, namespace, n, progress=_say)
+        _say(f"  written and served in {took:.1f}s ({n / took:.0f}/s); not measured")
+    else:
+        _say(f"creating {n} reconciled Tasks in {namespace}")
+        took = await create_reconciled_tasks(transport, namespace, n, progress=_say)
+        _say(f"  created and reconciled in {took:.1f}s ({n / took:.0f}/s); not measured")
     if "kopf" in implementations:
         _say(f"  {KOPF_LEFT_OUT}")
     order = [i for i in implementations if i != "kopf"] + ["limit"]
+    if s.restart_shards:
+        order.append(SHARDED)
     for repeat in range(s.repeat):
         shift = repeat % len(order)
         for implementation in order[shift:] + order[:shift]:
             if implementation == "limit":
                 result = await run_list_limit(cluster, namespace, n, repeat)
+            elif implementation == SHARDED:
+                result = await run_sharded(cluster, namespace, n, s.restart_shards)
             else:
                 result = await run_restart(
                     cluster, implementation, namespace, empty=empty, n=n, repeat=repeat
                 )
             result["setup_seconds"] = took
+            result |= server_memory(cluster)
             cluster.results.append(result)
+
+
+SHARDED = "ours-sharded"
+"""The restart row of the sharded Task controller (``--restart-shards R`` replicas)."""
+
+
+def server_memory(cluster: Cluster) -> dict[str, int]:
+    """The API server's and etcd's RSS now (their peaks are the whole run's, not this one's)."""
+    out: dict[str, int] = {}
+    for pid, name in zip(cluster.server_pids, ("etcd", "apiserver"), strict=False):
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        out[f"{name}_rss_bytes"] = int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return out
+
+
+async def run_sharded(cluster: Cluster, namespace: str, n: int, replicas: int) -> Result:
+    """A restart of the sharded Task controller with ``replicas`` replicas started at once
+    (server-side sharded watches: the control plane runs with ``ShardedListAndWatch``), each
+    talking to the API server directly; done when every Task was reconciled by some replica
+    (:func:`bench.sharded_restart.run_ring`). ``peak_rss_bytes`` is the largest replica's."""
+    from bench.harness import _summary  # noqa: PLC0415
+    from bench.sharded_restart import run_ring  # noqa: PLC0415
+
+    assert cluster.plane is not None
+    out = cluster.settings.logs_dir / "sharded"
+    out.mkdir(parents=True, exist_ok=True)
+    ring = await run_ring(
+        cluster.plane, namespace, replicas, n, out, cluster.settings.timeout, None, proxied=False
+    )
+    peaks = [int(mib * 2**20) for mib in ring["peak_rss_mib"]]
+    cpus = [c for c in ring["cpu_seconds"] if c is not None]
+    seconds = float(ring["seconds_to_all_reconciled"])
+    result: Result = cluster.base("restart", SHARDED) | {
+        "objects": n,
+        "seconds": seconds,
+        "per_second": n / seconds,
+        "peak_rss_bytes": max(peaks),
+        "cpu_seconds": sum(cpus) if cpus else None,
+        "replicas": replicas,
+        "replica_peak_rss_bytes": peaks,
+        "replica_cached_objects": ring["cached_objects"],
+        "complete": True,
+        "version": f"{cluster.base('restart', 'ours')['version']}, {replicas} sharded replicas",
+    }
+    _say(f"[restart/{SHARDED}] {_summary(result)}, per replica {[p >> 20 for p in peaks]} MiB")
+    return result

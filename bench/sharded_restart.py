@@ -100,6 +100,12 @@ async def replica(  # noqa: PLR0917 (a bench entry point)
 # -- the driver -----------------------------------------------------------------------------
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    from bench.procs import cpu_seconds  # noqa: PLC0415
+
+    return cpu_seconds([pid])
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -133,7 +139,13 @@ async def run_ring(  # noqa: PLR0917 (a bench driver)
     out: Path,
     timeout: float,
     settle: float | None,
+    *,
+    proxied: bool = True,
 ) -> dict[str, Any]:
+    """Start ``replicas`` replicas at once; measure until ``count`` Tasks were reconciled.
+    ``proxied`` (default): each talks through a proxy of its own that counts the bytes the
+    API server sends it (``mib_from_apiserver``); without, straight to the API server (no
+    proxy CPU beside them)."""
     from controller_runtime.envtest.faultproxy import FaultProxy  # noqa: PLC0415
 
     ring = f"bench-{uuid.uuid4().hex[:6]}"
@@ -141,9 +153,13 @@ async def run_ring(  # noqa: PLR0917 (a bench driver)
     proxies, processes, names = [], [], []
     started = time.monotonic()
     for i in range(replicas):
-        proxy = await FaultProxy(host, int(port)).start()
         kubeconfig = out / f"{ring}-{i}.yaml"
-        kubeconfig.write_text(plane.kubeconfig.read_text().replace(plane.server, proxy.url))
+        if proxied:
+            proxy = await FaultProxy(host, int(port)).start()
+            proxies.append(proxy)
+            kubeconfig.write_text(plane.kubeconfig.read_text().replace(plane.server, proxy.url))
+        else:
+            kubeconfig.write_text(plane.kubeconfig.read_text())
         name = f"{ring}-r{i}"
         log = (out / f"{name}.log").open("wb")
         processes.append(
@@ -165,7 +181,6 @@ async def run_ring(  # noqa: PLR0917 (a bench driver)
                 stderr=subprocess.STDOUT,
             )
         )
-        proxies.append(proxy)
         names.append(name)
 
     def states() -> list[dict[str, Any]]:
@@ -200,6 +215,7 @@ async def run_ring(  # noqa: PLR0917 (a bench driver)
         "cached_objects": [s["objects"] for s in final],
         "slots": [s["slots"] for s in final],
         "mib_from_apiserver": [round(p.bytes_to_client / 2**20, 1) for p in proxies],
+        "cpu_seconds": [_cpu_seconds(p.pid) for p in processes],
     }
     for p in processes:
         p.send_signal(signal.SIGTERM)

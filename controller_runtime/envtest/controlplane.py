@@ -165,6 +165,9 @@ class ControlPlane:
 
     crd_directory: Path | None = DEFAULT_CRD_DIRECTORY
     extra_apiserver_args: Mapping[str, str] = field(default_factory=dict)
+    extra_etcd_args: Mapping[str, str] = field(default_factory=dict)
+    """etcd flags added to (and winning over) the defaults, e.g.
+    ``{"--quota-backend-bytes": str(8 * 2**30)}`` for a store above etcd's 2 GiB default."""
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     start_timeout: float = 60.0
     existing_cluster: bool = field(default_factory=use_existing_cluster)
@@ -281,8 +284,14 @@ class ControlPlane:
                 f"--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}",
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}",
                 f"--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}",
-                "--unsafe-no-fsync=true",
-                "--log-level=warn",
+                *(
+                    f"{flag}={value}"
+                    for flag, value in {
+                        "--unsafe-no-fsync": "true",
+                        "--log-level": "warn",
+                        **self.extra_etcd_args,
+                    }.items()
+                ),
             ],
             self.workdir / "etcd.log",
         )
