@@ -66,6 +66,9 @@ from controller_runtime.envtest.binaries import BinaryError
 SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup", "core")
 CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup")
 IMPLEMENTATIONS = ("ours", "go", "kopf")
+EXTRA_IMPLEMENTATIONS = ("ours-echoes",)
+"""Run only when named: ``ours-echoes`` is ours in write-heavy reconciling the echo of each of
+its own writes again (``--reconcile-echoes``), as it did before ``skip_own_write_echoes``."""
 RESULTS_DIR = Path(__file__).with_name("results")
 REPO = Path(__file__).resolve().parents[1]
 KOPF_FILE = Path(__file__).with_name("peers") / "kopf_task.py"
@@ -124,7 +127,8 @@ def parser() -> argparse.ArgumentParser:
         "--implementations",
         type=_csv,
         default=IMPLEMENTATIONS,
-        help=f"comma-separated, of {','.join(IMPLEMENTATIONS)} (default: all); "
+        help=f"comma-separated, of {','.join(IMPLEMENTATIONS)} (default: all), or "
+        f"{','.join(EXTRA_IMPLEMENTATIONS)} (only when named); "
         "write-heavy always adds the plain-client limit",
     )
     p.add_argument("--objects", type=int, help="Tasks per implementation (default 10000)")
@@ -224,7 +228,8 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
     p = parser()
     args = p.parse_args(argv)
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
-    unknown += [i for i in args.implementations if i not in IMPLEMENTATIONS]
+    known = IMPLEMENTATIONS + EXTRA_IMPLEMENTATIONS
+    unknown += [i for i in args.implementations if i not in known]
     if unknown:
         p.error(f"unknown: {', '.join(unknown)}")
     objects = args.objects or (1000 if args.quick else 10000)
@@ -336,7 +341,7 @@ class Cluster:
     def command(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         workers = str(self.settings.workers)
-        if launch.implementation == "ours":
+        if launch.implementation in ("ours", "ours-echoes"):
             command = [
                 sys.executable,
                 "-m",
@@ -348,6 +353,8 @@ class Cluster:
                 f"--rounds={launch.rounds}",
                 f"--workers={workers}",
             ]
+            if launch.implementation == "ours-echoes":
+                command.append("--reconcile-echoes")
             if launch.metrics_port is not None:
                 command.append(f"--metrics-bind-address=127.0.0.1:{launch.metrics_port}")
         elif launch.implementation == "go":

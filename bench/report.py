@@ -39,7 +39,7 @@ Result = dict[str, Any]
 OURS = "ours"
 """The implementation name of this project's runtime in every scenario."""
 
-NOT_PEERS = ("mirror", "ours-sharded")
+NOT_PEERS = ("mirror", "ours-sharded", "ours-echoes")
 """Rows of ours beside ours (the startup scenario's docs mirror controller, the restart
 scenario's sharded replicas): no ratio of ours to them."""
 
