@@ -256,7 +256,7 @@ def test_the_crds_are_accepted_by_the_api_server(plane: ControlPlane, tmp_path: 
     assert all(f"customresourcedefinition.apiextensions.k8s.io/{n} " in out for n in crds), out
 
     # The check can fail: a schema the API server refuses (not structural) is reported.
-    broken = yaml.safe_load((MANIFESTS / "crds" / "tasks.crpy.io.yaml").read_text())
+    broken = yaml.safe_load((MANIFESTS / "crds" / "tasks.crpy.io_tasks.yaml").read_text())
     broken["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["type"] = (
         "objekt"
     )
