@@ -21,7 +21,7 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(INSTALL_KEY)
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
-.PHONY: help venv run test chaos lint typecheck unit integration binaries bench venv-bench clean-cache postgres node-binaries e2e
+.PHONY: help venv run test chaos lint typecheck unit integration binaries bench venv-bench clean-cache postgres node-binaries e2e manifests wheel
 
 help:
 	@echo "make run        the operator on an embedded local control plane (or the configured cluster)"
@@ -30,6 +30,8 @@ help:
 	@echo "make lint       ruff and mypy --strict"
 	@echo "make binaries   build (once) and cache etcd, kube-apiserver and kubectl"
 	@echo "make bench      the reconcile-throughput benchmarks"
+	@echo "make manifests  regenerate the CRDs and RBAC in manifests/ from the code"
+	@echo "make wheel      build the library's wheel into $(CACHE_DIR)/dist"
 	@echo "make e2e        the end-to-end tests on a local cluster with a real node (root)"
 
 venv: $(STAMP)
@@ -40,7 +42,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "$(CURDIR)" > $(VENV)/.checkout
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[testing]' --group dev
+	@# The operator and the harness are not in the library's distribution: this checkout's
+	@# source tree is on the virtualenv's path instead (docs/packaging.md).
+	@$(BIN)/python -c 'import site, sys; open(site.getsitepackages()[0] + "/crpy-source-tree.pth", "w").write(sys.argv[1] + "\n")' "$(CURDIR)"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -66,6 +71,16 @@ postgres:
 # The operator against the configured cluster, or an embedded local control plane if none is.
 run: venv binaries postgres
 	$(BIN)/python -m controllers.dev $(ARGS)
+
+# CRDs from the typed classes in controllers/api, RBAC from what the controllers watch and
+# declare ([tool.controller-runtime] in pyproject.toml); tests fail when they are stale.
+manifests: venv
+	$(BIN)/python -m controller_runtime manifests
+
+# The library's wheel (controller_runtime, informers, kubeclient; no operator, no harness).
+wheel: venv
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir $(CACHE_DIR)/dist .
+	@ls $(CACHE_DIR)/dist/controller_runtime_py-*.whl
 
 lint: venv
 	$(BIN)/ruff check .
@@ -99,7 +114,7 @@ chaos: venv binaries postgres
 venv-bench: $(BENCH_STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet --group bench
 	@rm -f $(VENV)/.bench-installed-*
 	@touch $@
 

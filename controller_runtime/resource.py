@@ -567,11 +567,17 @@ def _merge_unknown(tp: Any, new: Any, old: Any) -> Any:
     tp, markers = _unwrap(tp)
     if isinstance(new, dict) and isinstance(old, dict) and _is_struct(tp):
         fields = _wire_fields(tp)
+        defaults = _wire_defaults(tp)
         merged = dict(new)
         for key, value in old.items():
             if key in fields:
                 if key in new:
                     merged[key] = _merge_unknown(fields[key], new[key], value)
+                elif key in defaults and value == defaults[key]:
+                    # Left out because it holds its default, which is what was read: write
+                    # it as it was read (msgspec leaves a default out only when it is the
+                    # very default object, so this keeps writes independent of identity).
+                    merged[key] = value
             elif key not in ("apiVersion", "kind"):
                 merged[key] = value
         return merged
@@ -635,6 +641,21 @@ def _value_type(tp: Any) -> Any | None:
 
 
 _WIRE_FIELDS: dict[type, dict[str, Any]] = {}
+_WIRE_DEFAULTS: dict[type, dict[str, Any]] = {}
+
+
+def _wire_defaults(cls: type) -> dict[str, Any]:
+    """Wire name → the encoded default of every field of struct ``cls`` that has one."""
+    defaults = _WIRE_DEFAULTS.get(cls)
+    if defaults is None:
+        defaults = {}
+        for info in msgspec.structs.fields(cls):
+            if info.default is not msgspec.NODEFAULT:
+                defaults[info.encode_name] = msgspec.to_builtins(info.default)
+            elif info.default_factory is not msgspec.NODEFAULT:
+                defaults[info.encode_name] = msgspec.to_builtins(info.default_factory())
+        _WIRE_DEFAULTS[cls] = defaults
+    return defaults
 
 
 def _wire_fields(cls: type) -> dict[str, Any]:
