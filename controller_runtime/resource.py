@@ -119,6 +119,7 @@ __all__ = [
     "is_resource_class",
     "registered",
     "resource_info",
+    "set_status_condition",
 ]
 
 field = msgspec.field
@@ -863,3 +864,39 @@ def adopt(cls: type[R], data: dict[str, Any]) -> R:
         raise _decode_error(cls, data, err) from None
     obj.__dict__["_source"] = orjson.dumps(data)
     return obj
+
+
+def set_status_condition(
+    conditions: list[Condition],
+    condition_type: str,
+    status: bool | str,
+    *,
+    reason: str,
+    message: str = "",
+    observed_generation: int | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Set the condition of ``condition_type`` in a typed ``Conditions`` list, in place; return
+    whether anything changed (apimachinery's ``meta.SetStatusCondition``).
+
+    The same rules as :func:`controller_runtime.util.set_condition`: ``lastTransitionTime``
+    moves to ``now`` (default: the current time) only for a new condition or a new status;
+    a bad status or reason raises ``ValueError``.
+    """
+    from controller_runtime.util.conditions import set_condition  # noqa: PLC0415 (cycle)
+
+    as_dicts = [cast(dict[str, Any], msgspec.to_builtins(c)) for c in conditions]
+    set_condition(
+        as_dicts,
+        condition_type,
+        cast(Any, status),
+        reason=reason,
+        message=message,
+        observed_generation=observed_generation,
+        now=now,
+    )
+    updated = [msgspec.convert(d, Condition) for d in as_dicts]
+    if updated == conditions:
+        return False
+    conditions[:] = updated
+    return True
