@@ -422,6 +422,7 @@ class ControlPlane:
         served. Returns the CRD names."""
         files = sorted(source.glob("*.yaml")) if isinstance(source, Path) else list(source)
         crds: list[dict[str, Any]] = []
+        with_crds: list[Path] = []  # a CRD directory may hold a kustomization.yaml too
         for path in files:
             for document in yaml.safe_load_all(path.read_text()):
                 if (
@@ -429,9 +430,11 @@ class ControlPlane:
                     and document.get("kind") == "CustomResourceDefinition"
                 ):
                     crds.append(document)
+                    if path not in with_crds:
+                        with_crds.append(path)
         if not crds:
             return []
-        for path in files:
+        for path in with_crds:
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
         names = [crd["metadata"]["name"] for crd in crds]
         self.kubectl(

@@ -55,7 +55,6 @@ from typing import Any, TypeVar, overload
 
 import pytest
 import pytest_asyncio
-import yaml
 
 from controller_runtime.cache import Cache, InformerFactory
 from controller_runtime.client import Client, Transport
@@ -226,21 +225,13 @@ def _generated_crds(modules: Sequence[str], directory: Path) -> list[Path]:
     return paths
 
 
-def _has_crd(path: Path) -> bool:
-    """Whether a YAML file holds a CRD (a directory of CRDs often has a kustomization too)."""
-    return any(
-        isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
-        for doc in yaml.safe_load_all(path.read_text())
-    )
-
-
 @pytest.fixture(scope="session")
 def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     """The session's control plane, with the configured CRDs installed."""
     directories: list[Path] = list(pytestconfig.getini("controller_runtime_crd_dirs"))
     modules: list[str] = list(pytestconfig.getini("controller_runtime_resources"))
     with ControlPlane(crd_directory=None) as plane, tempfile.TemporaryDirectory() as tmp:
-        files = [p for d in directories for p in sorted(Path(d).glob("*.yaml")) if _has_crd(p)]
+        files = [p for d in directories for p in sorted(Path(d).glob("*.yaml"))]
         files += _generated_crds(modules, Path(tmp)) if modules else []
         if files:
             plane.install_crds(files)
