@@ -34,7 +34,7 @@ def project(library_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     root = tmp_path_factory.mktemp("scaffold") / "my-operator"
     root.mkdir()
     started = time.monotonic()
-    cli = [library_venv, "-m", "controller_runtime"]
+    cli: list[str | Path] = [library_venv, "-m", "controller_runtime"]
     run([*cli, "init", "--domain", "example.com", "--name", "my-operator"], cwd=root)
     run([*cli, "create", "api", "--group", "shop", "--version", "v1", "--kind", "Widget"], cwd=root)
     print(f"[scaffold] init + create api: {time.monotonic() - started:.1f}s")
