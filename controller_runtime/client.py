@@ -447,9 +447,10 @@ class Client:
         namespace: str | None = None,
         label_selector: LabelSelector | str | None = None,
     ) -> Any:
-        """Cached objects of ``kind`` (in ``namespace``, or everything the cache holds);
-        raises :class:`~controller_runtime.cache.NotCachedError` for a kind not cached.
-        ``list(Task)`` returns ``Task`` instances."""
+        """Cached objects of ``kind`` (in ``namespace``; ``None``: everything the cache holds,
+        across the cached namespaces when the cache is restricted to some); raises
+        :class:`~controller_runtime.cache.NotCachedError` for a kind not cached or a namespace
+        outside the cache's scope. ``list(Task)`` returns ``Task`` instances."""
         cls, api_version, kind, _ = split_target(api_version, kind, None, method="client.list")
         if cls is not None:
             return self.cache.list(cls, namespace=namespace, label_selector=label_selector)

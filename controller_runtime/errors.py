@@ -3,9 +3,11 @@
 API errors are raised by the transport for every non-2xx answer (:mod:`kubeclient.errors`);
 the common reasons have their own types so that callers can ``except NotFoundError``. They are
 re-exported here, with the runtime's own: the cache's :class:`NotCachedError` and
-:class:`CacheSyncTimeoutError`, discovery's :class:`UnknownKindError`, configuration's
-:class:`ConfigError` and the manager's :class:`LeaderElectionLostError`. Every name here is also
-importable from ``controller_runtime`` itself.
+:class:`CacheSyncTimeoutError`, discovery's :class:`UnknownKindError` and
+:class:`ServerUnreachableError` (a manager's ``start_timeout`` passed while the API server
+could not be reached), configuration's :class:`ConfigError` and the manager's
+:class:`LeaderElectionLostError`. Every name here is also importable from
+``controller_runtime`` itself.
 
 - :class:`NotFoundError` (404), :class:`AlreadyExistsError` (409 AlreadyExists, a subclass of
   :class:`ConflictError`), :class:`ConflictError` (409: stale resourceVersion, failed
@@ -20,7 +22,7 @@ importable from ``controller_runtime`` itself.
 from controller_runtime.cache import CacheSyncTimeoutError, NotCachedError
 from controller_runtime.leaderelection import LeaderElectionLostError
 from kubeclient.config import ConfigError
-from kubeclient.discovery import UnknownKindError
+from kubeclient.discovery import ServerUnreachableError, UnknownKindError
 from kubeclient.errors import (
     AlreadyExistsError,
     ApiError,
@@ -54,6 +56,7 @@ __all__ = [
     "NotCachedError",
     "NotFoundError",
     "ServerTimeoutError",
+    "ServerUnreachableError",
     "ServiceUnavailableError",
     "TooManyRequestsError",
     "UnauthorizedError",

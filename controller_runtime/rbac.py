@@ -42,7 +42,7 @@ import yaml
 from controller_runtime.cache import Cache
 from controller_runtime.client import Client
 from controller_runtime.config import ClusterConfig
-from controller_runtime.controller import _NAMES, Controller
+from controller_runtime.controller import Controller
 from controller_runtime.manager import Manager, ManagerOptions
 from controller_runtime.resource import Resource, guess_plural, registered, resource_info
 from informers.shared import InformerFactory, SharedInformer
@@ -194,7 +194,12 @@ class _OfflineDiscovery(Discovery):
     """Answers without a server: typed classes first, then the API's naming rule."""
 
     async def resolve(
-        self, api_version: str, kind: str, *, wait_for_server: bool = False
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        wait_for_server: bool = False,
+        wait_timeout: float | None = None,
     ) -> ResourceInfo:
         group, version = split_api_version(api_version)
         cls = registered(api_version, kind)
@@ -223,6 +228,7 @@ def _offline_manager(options: ManagerOptions | None) -> Manager:
         manager.factory,
         namespaces=manager.options.namespaces,
         by_object=manager.options.by_object,
+        start_timeout=manager.options.start_timeout,
     )
     manager.client = Client(
         manager.transport, manager.cache, field_manager=manager.options.field_manager
@@ -235,15 +241,10 @@ async def record(
 ) -> list[ControllerPermissions]:
     """Run ``setups`` against a manager that never connects, and return what each controller
     they add watches and declares. Nothing is reconciled, no request is made."""
-    manager = _offline_manager(options)
-    try:
+    async with _offline_manager(options) as manager:  # closing it frees the names
         for setup in setups:
             await setup(manager)
         return [_controller_permissions(c) for c in manager.controllers]
-    finally:
-        for controller in manager.controllers:
-            _NAMES.discard(controller.name)
-        await manager.transport.close()
 
 
 def _controller_permissions(controller: Controller) -> ControllerPermissions:

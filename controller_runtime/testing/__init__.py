@@ -59,7 +59,6 @@ import pytest_asyncio
 from controller_runtime.cache import Cache, InformerFactory
 from controller_runtime.client import Client, Transport
 from controller_runtime.config import ClusterConfig, load_kubeconfig
-from controller_runtime.controller import _NAMES
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.errors import NotFoundError
 from controller_runtime.manager import Manager, ManagerOptions
@@ -306,8 +305,7 @@ async def manager(
         metrics_bind_address=None,
         health_probe_bind_address=None,
     )
-    manager = Manager(cluster_config, options)
-    try:
+    async with Manager(cluster_config, options) as manager:
         for setup in controllers:
             await setup(manager)
         run = asyncio.create_task(manager.run(), name="controller-runtime-test-manager")
@@ -317,17 +315,13 @@ async def manager(
             ready.cancel()
             run.result()
             raise RuntimeError("the manager stopped before its caches synced")
-        await ready
-        yield manager
-        manager.request_stop()
-        await asyncio.wait_for(run, options.graceful_shutdown_timeout + 30)
-    finally:
-        # Each test builds its controllers anew under the same names.
-        for controller in manager.controllers:
-            _NAMES.discard(controller.name)
-        if not manager.stopping:
+        try:
+            await ready
+            yield manager
+        finally:
+            # Stopping also releases the controllers' names for the next test's manager.
             manager.request_stop()
-        await manager.transport.close()
+            await asyncio.wait_for(run, options.graceful_shutdown_timeout + 30)
 
 
 async def _until_ready(manager: Manager) -> None:
