@@ -3,7 +3,7 @@
 # virtualenv with the library, the operator and their dependencies (uvloop included). Build from the
 # repository root:
 #
-#   docker build -t controller-runtime-py/operator:0.1.0 .
+#   docker build -t controller-runtime-py/operator:0.2.0 .
 #
 # Both stages must use the same base image (the virtualenv links to its interpreter); pin it
 # by digest for reproducible builds: --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:...

@@ -1,7 +1,8 @@
 """RBAC from declarations: a ClusterRole from what the controllers watch and what they declare.
 
-What a controller *watches* is known from its builder (``for_``, ``owns``, ``watches``): each
-kind it caches needs ``list`` and ``watch``, nothing more (reads come from the cache).
+What a controller *watches* is known from its builder (``for_``, ``owns``, ``watches``,
+``caches``): each kind it caches needs ``list`` and ``watch``, nothing more (reads come from
+the cache).
 Everything else a controller does — writes, status writes, live reads — it declares next to
 the code that does it, as kubebuilder's ``+kubebuilder:rbac`` markers do::
 
@@ -249,8 +250,9 @@ async def record(
 
 def _controller_permissions(controller: Controller) -> ControllerPermissions:
     watched: list[tuple[str, str]] = []
-    for registration in controller._registrations:
-        resource = registration.informer.resource
+    informers = [r.informer for r in controller._registrations] + controller._read_only
+    for informer in informers:  # what it watches, then what it only caches (caches())
+        resource = informer.resource
         if (resource.group, resource.plural) not in watched:
             watched.append((resource.group, resource.plural))
     reconcile = controller._reconcile

@@ -240,7 +240,7 @@ def test_the_rendered_manifests_validate_against_the_kubernetes_schemas(
     } <= kinds
     (deployment,) = of_kind(rendered, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == "controller-runtime-py/operator:0.1.0"
+    assert container["image"] == "controller-runtime-py/operator:0.2.0"
 
 
 def test_the_crds_are_accepted_by_the_api_server(plane: ControlPlane, tmp_path: Path) -> None:

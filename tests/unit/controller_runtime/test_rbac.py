@@ -74,6 +74,7 @@ async def setup_example(manager: Manager) -> None:
         .owns("v1", "ConfigMap")
         .owns("apps/v1", "StatefulSet")
         .watches("networking.k8s.io/v1", "NetworkPolicy", EnqueueRequestsFromMapFunc(lambda _: []))
+        .caches("v1", "Namespace")
         .complete(TaskStatusWriter())
     )
 
@@ -87,6 +88,7 @@ async def test_record_finds_what_a_controller_watches_without_a_server() -> None
         ("", "configmaps"),
         ("apps", "statefulsets"),
         ("networking.k8s.io", "networkpolicies"),
+        ("", "namespaces"),  # cached only (caches()): read, so list and watch too
     )
     assert recorded.declared == (allow(Task, "patch", subresource="status"),)
     # The controller's name is free again: recording twice works.
@@ -105,7 +107,7 @@ async def test_cluster_role_lists_watches_then_declared_rules_with_their_reasons
     text = cluster_role("example", recorded, sections=[events], header="line one\nline two")
     assert text.startswith("# line one\n# line two\n")
     assert rules_of(text) == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["configmaps", "namespaces"], "verbs": ["list", "watch"]},
         {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "watch"]},
         {
             "apiGroups": ["networking.k8s.io"],
