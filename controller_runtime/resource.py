@@ -802,15 +802,23 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(following.value, ast.Constant)
                 and isinstance(following.value.value, str)
             ):
-                docs[node.target.id] = inspect.cleandoc(following.value.value)
+                docs[node.target.id] = flowed(following.value.value)
     _DOCS[cls] = docs
     return docs
 
 
 def class_doc(cls: type) -> str:
-    """``cls``'s own docstring, cleaned (not inherited)."""
+    """``cls``'s own docstring (not inherited), :func:`flowed`."""
     doc = cls.__dict__.get("__doc__")
-    return inspect.cleandoc(doc) if isinstance(doc, str) else ""
+    return flowed(doc) if isinstance(doc, str) else ""
+
+
+def flowed(docstring: str) -> str:
+    """A docstring as a description: indentation removed, the lines of each paragraph joined
+    with spaces (so sources wrap at any width and the CRD gets one line per paragraph),
+    paragraphs separated by a blank line."""
+    paragraphs = inspect.cleandoc(docstring).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
 
 
 # ------------------------------------------------------------------- classes in the client

@@ -34,7 +34,8 @@ STATUS_STATES = (*TASK_STATES, "Overdue")
 
 
 class TaskSpec(Schema):
-    """What the task is, set by its owner. Rules: priority 4 or 5 needs a deadline; a task that is Done or Cancelled cannot change state."""  # noqa: E501 (one line: a CRD description)
+    """What the task is, set by its owner. Rules: priority 4 or 5 needs a deadline; a task that
+    is Done or Cancelled cannot change state."""
 
     priority: Annotated[int, Minimum(1), Maximum(5)]
     """1 (lowest) to 5 (highest); 4 and 5 need spec.deadline."""
@@ -67,11 +68,13 @@ class TaskStatus(Schema):
     """Derived by the Task controller from the spec and the clock; never set it."""
 
     state: Annotated[str, Enum(*STATUS_STATES)] | None = None
-    """spec.taskState, or Overdue once spec.deadline passed while the task is Pending or InProgress. Selectable: kubectl get tasks --field-selector status.state=Overdue."""  # noqa: E501
+    """spec.taskState, or Overdue once spec.deadline passed while the task is Pending or
+    InProgress. Selectable: kubectl get tasks --field-selector status.state=Overdue."""
     observed_generation: Int64 | None = None
     """The metadata.generation the status describes."""
     conditions: Conditions = field(default_factory=list)
-    """Overdue (True once the deadline passed while the task is open), as metav1.Condition entries."""  # noqa: E501
+    """Overdue (True once the deadline passed while the task is open), as metav1.Condition
+    entries."""
 
 
 @crd(
@@ -93,7 +96,8 @@ class TaskStatus(Schema):
     ),
 )
 class Task(Resource):
-    """A unit of work with a priority, a deadline and a state; the Task controller derives its status."""  # noqa: E501
+    """A unit of work with a priority, a deadline and a state; the Task controller derives its
+    status."""
 
     spec: TaskSpec
     status: TaskStatus = field(default_factory=TaskStatus)
