@@ -202,13 +202,13 @@ def run_variant(variant: str, n: int) -> dict[str, Any]:
         store.apply("ADDED", orjson.loads(raw))
     keys = store.keys()
 
-    def reader(key: str) -> Any:
+    def typed_read(key: str) -> Any:
         raw = store.get_raw(key)
         assert raw is not None
         return decode(raw)
 
-    if variant == "dict":
-        reader = store.get  # type: ignore[assignment]  # the dict read: what the cache does
+    # The dict read is what the cache does today; the others decode the same stored bytes.
+    reader: Callable[[str], Any] = store.get if variant == "dict" else typed_read
     started = time.perf_counter()
     for key in keys:
         reader(key)
