@@ -227,28 +227,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.typed_decode")
     parser.add_argument("--objects", type=int, default=100_000)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of every variant, interleaved (median)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(run_variant(args.child, args.objects)))
         return 0
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):  # interleaved, so that a loaded moment hits every variant
+        for variant in VARIANTS:
+            command = [sys.executable, "-m", "bench.typed_decode", "--child", variant]
+            command += ["--objects", str(args.objects)]
+            child = subprocess.run(command, capture_output=True, text=True, check=True)
+            runs[variant].append(json.loads(child.stdout.splitlines()[-1]))
     results = []
     for variant in VARIANTS:
-        child = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.typed_decode",
-                "--child",
-                variant,
-                "--objects",
-                str(args.objects),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        result = json.loads(child.stdout.splitlines()[-1])
+        result = dict(runs[variant][0])
+        if "skipped" not in result:
+            for metric in ("decode_us", "rss_per_object", "cache_read_us"):
+                result[metric] = statistics.median(r[metric] for r in runs[variant])
+            result["rounds"] = len(runs[variant])
         results.append(result)
         if "skipped" in result:
             print(f"  {variant:10} skipped: {result['skipped']}")
