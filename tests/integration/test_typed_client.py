@@ -163,6 +163,17 @@ async def test_a_typed_controller_reconciles_a_typed_object(client: Client, name
         await controller.stop()
 
 
+async def test_an_informer_for_a_class(transport: Transport, namespace: str) -> None:
+    factory = InformerFactory(transport)
+    informer = await factory.informer(Task, namespace=namespace)
+    try:
+        assert informer.resource.group_resource == "tasks.tasks.crpy.io"
+        assert informer is await factory.informer(Task.api_version, "Task", namespace=namespace)
+        assert await informer.wait_for_sync(30)
+    finally:
+        await factory.stop()
+
+
 def test_the_gizmo_crd_is_generated_from_the_class(tmp_path: Path) -> None:
     ((name, document, _),) = crd_documents([Gizmo])
     assert name == "typed.crpy.io_gizmos.yaml"
