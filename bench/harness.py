@@ -746,7 +746,7 @@ def _run_cluster_scenarios(settings: Settings) -> list[Result]:
         try:
             importlib.metadata.version("kopf")
         except importlib.metadata.PackageNotFoundError:
-            say("kopf is not installed (pip install --group bench, or make venv-bench); skipping the kopf peer")
+            say("kopf is not installed (make venv-bench); skipping the kopf peer")
             cluster_settings = replace(
                 settings,
                 implementations=tuple(i for i in settings.implementations if i != "kopf"),
@@ -779,7 +779,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from bench.plots import write_plots  # noqa: PLC0415
     except ImportError as err:
-        say(f"no plots ({err}; pip install --group bench, or make venv-bench)")
+        say(f"no plots ({err}; make venv-bench)")
     else:
         for path in write_plots(results, settings.plots_dir):
             say(f"plot: {path}")
