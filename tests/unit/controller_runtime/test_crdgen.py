@@ -324,4 +324,6 @@ def test_the_command_line_checks_the_operator_crds() -> None:
         check=False,
     )
     assert stale.returncode == 1
-    assert "out of date (tasks.crpy.io_tasks.yaml" in stale.stderr
+    assert "/nonexistent-dir is out of date (" in stale.stderr
+    assert "tasks.crpy.io_tasks.yaml" in stale.stderr
+    assert "postgres.crpy.io_postgresinstances.yaml" in stale.stderr
