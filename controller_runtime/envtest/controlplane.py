@@ -197,6 +197,8 @@ class ControlPlane:
     binaries: Binaries | None = None
     storage: str = field(default_factory=default_storage)
     storage_overrides: Mapping[str, str] = field(default_factory=dict)
+    storage_args: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """More flags per backend name, e.g. ``{"etcd": ["--quota-backend-bytes=8589934592"]}``."""
     postgres: PostgresServer | None = None
     node_address: str | None = None
     """Set by the local node (:mod:`controller_runtime.envtest.node`): the API server binds
@@ -388,7 +390,11 @@ class ControlPlane:
             executable = binaries.etcd if backend == ETCD else kine
             assert executable is not None
             self.storage_processes[backend] = StorageProcess(
-                backend, self.workdir, executable, postgres=postgres
+                backend,
+                self.workdir,
+                executable,
+                postgres=postgres,
+                extra_args=tuple(self.storage_args.get(backend, ())),
             )
 
     def _node_args(self, pki: Path) -> dict[str, str]:

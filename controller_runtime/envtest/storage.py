@@ -179,6 +179,8 @@ class StorageProcess:
     workdir: Path
     executable: Path
     postgres: PostgresServer | None = None
+    extra_args: tuple[str, ...] = ()
+    """More flags for the process (``("--quota-backend-bytes=2147483648",)`` for etcd)."""
     port: int = field(init=False, default=0)
     metrics_port: int = field(init=False, default=0)
     """kine's Prometheus endpoint (``/metrics``), or etcd's peer port."""
@@ -224,6 +226,7 @@ class StorageProcess:
                 f"--initial-cluster=default={peer}",
                 "--unsafe-no-fsync=true",
                 "--log-level=warn",
+                *self.extra_args,
             ], env
         if self.backend == KINE_SQLITE:
             endpoint = (
@@ -237,12 +240,17 @@ class StorageProcess:
                 f"{self.database}?sslmode=disable"
             )
             env["PGPASSWORD"] = self.postgres.password
+        # kine opens as many connections as it has requests in flight by default; the test
+        # server allows 50, shared by every kine database on it.
+        pool = ["--datastore-max-open-connections=20"] if self.backend == KINE_POSTGRES else []
         return [
             str(self.executable),
             f"--endpoint={endpoint}",
             f"--listen-address=127.0.0.1:{self.port}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             "--log-format=json",
+            *pool,
+            *self.extra_args,
         ], env
 
     def start(self) -> None:
