@@ -18,10 +18,12 @@ way from outside (docs/benchmarks.md, "Storage"):
     sending the PATCH to the watch event carrying the resourceVersion its answer named;
     p50/p99.
 ``restart``
-    :mod:`bench.restart` on this backend's control plane: ours and the Go peer start on
-    ``--restart-objects`` reconciled Tasks (created once per backend, not measured) and must
-    reconcile each once. With the watch cache on (the default), the informers' lists are
-    served from the API server's cache, so this tells how much the backend still matters.
+    :mod:`bench.restart` on this backend's control plane, on the ladder's namespace once it
+    reached its last size: every Task is given the status the controller would derive (one
+    status PATCH each, not measured), then ours and the Go peer (and the plain paginated
+    LIST, ``limit``) start on them and must reconcile each once. With the watch cache on (the
+    default), the informers' lists are served from the API server's cache, so this tells how
+    much the backend still matters to a controller restart.
 
 etcd runs with ``--quota-backend-bytes`` = ``--etcd-quota`` (2 GiB, etcd's default, unless
 told), so the ladder shows where etcd stops and how far the SQL backends go past it. All
@@ -231,7 +233,8 @@ async def watch_latency(
 
 async def ladder(
     plane: Any, transport: Transport, settings: StorageSettings, say: Say
-) -> list[StorageResult]:
+) -> tuple[list[StorageResult], str, int]:
+    """The size ladder on a fresh namespace: (rows, namespace, Tasks it holds at the end)."""
     backend = plane.storage
     namespace = f"bench-storage-{uuid.uuid4().hex[:6]}"
     await create_namespace(transport, namespace)
@@ -282,7 +285,7 @@ async def ladder(
             )
         if error is not None:
             break
-    return results
+    return results, namespace, have
 
 
 def summary(row: StorageResult) -> str:
@@ -309,24 +312,82 @@ def plane_for(backend: str, settings: StorageSettings) -> Any:
     )
 
 
+async def reconcile_existing(transport: Transport, namespace: str, say: Say) -> float:
+    """Give every Task of ``namespace`` the status the Task controller would derive (a status
+    merge patch each, 64 in flight); seconds taken."""
+    from controllers.task import derive_status, utcnow  # noqa: PLC0415
+
+    path = tasks_path(namespace)
+    began = time.monotonic()
+    token = ""
+    done = 0
+    while True:
+        params = {"limit": str(PAGE), **({"continue": token} if token else {})}
+        body = orjson.loads((await transport.request("GET", path, params=params)).body)
+        items = iter(body["items"])
+
+        async def worker(items: Any = items) -> None:
+            for task in items:
+                status, _ = derive_status(task, utcnow())
+                if status != (task.get("status") or {}):
+                    await transport.request(
+                        "PATCH",
+                        f"{path}/{task['metadata']['name']}/status",
+                        body={"status": status},
+                        content_type="application/merge-patch+json",
+                    )
+
+        await asyncio.gather(*(worker() for _ in range(64)))
+        done += len(body["items"])
+        token = body["metadata"].get("continue", "")
+        if not token:
+            say(f"  {namespace}: {done} Tasks reconciled in {time.monotonic() - began:.0f}s")
+            return time.monotonic() - began
+
+
+async def restart_on(
+    cluster: Any,
+    transport: Transport,
+    namespace: str,
+    n: int,
+    *,
+    settings: StorageSettings,
+    say: Say,
+) -> list[StorageResult]:
+    """The restart scenario of :mod:`bench.restart` on the ladder's ``n`` Tasks."""
+    from bench.restart import run_list_limit, run_restart  # noqa: PLC0415
+
+    empty = f"{namespace}-empty"
+    await create_namespace(transport, empty)
+    took = await reconcile_existing(transport, namespace, say)
+    rows: list[StorageResult] = []
+    for implementation in [*settings.implementations, "limit"]:
+        if implementation == "limit":
+            result = await run_list_limit(cluster, namespace, n, 0)
+        else:
+            result = await run_restart(
+                cluster, implementation, namespace, empty=empty, n=n, repeat=0
+            )
+        result["setup_seconds"] = took
+        rows.append({**result, "scenario": "storage-restart", "backend": cluster.backend})
+    return rows
+
+
 async def measure_backend(
     plane: Any, settings: StorageSettings, make_cluster: Callable[[Any], Any], say: Say
 ) -> list[StorageResult]:
     """The ladder and watch latency, then the restart scenario, on one running plane."""
-    from bench.restart import run_restart_round  # noqa: PLC0415
     from kubeclient.config import load_kubeconfig  # noqa: PLC0415
 
     config = await load_kubeconfig(plane.kubeconfig)
     async with Transport(config, max_connections=128) as transport:
-        rows = await ladder(plane, transport, settings, say)
-        if settings.restart_objects and settings.implementations:
+        rows, namespace, have = await ladder(plane, transport, settings, say)
+        if settings.restart_objects and settings.implementations and have:
             cluster = make_cluster(plane)
-            await run_restart_round(cluster, transport, settings.implementations)
-            rows += [
-                {"scenario": "storage-restart", "backend": plane.storage}
-                | {k: v for k, v in result.items() if k != "scenario"}
-                for result in cluster.results
-            ]
+            cluster.backend = plane.storage
+            rows += await restart_on(
+                cluster, transport, namespace, have, settings=settings, say=say
+            )
     return rows
 
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import psutil
 import pytest
 
@@ -117,3 +118,17 @@ def test_why_the_api_server_ignores_overrides_of_custom_resources(tmp_path: Path
             assert not {k for k in on_kine if k.startswith("/registry/tasks.crpy.io/")}
     finally:
         kine.remove()
+
+
+async def test_kine_has_no_etcd_gateway(backend: str, plane: ControlPlane) -> None:
+    """etcd serves its API as JSON over HTTP/1.1 too (the etcd-only tests compact through
+    it); kine serves gRPC only, so such a request gets HTTP/2 frames back."""
+    url = f"{plane.storage_processes[backend].url}/v3/kv/compaction"
+    async with aiohttp.ClientSession() as session:
+        if backend == "etcd":
+            async with session.post(url, json={"revision": "1"}) as answer:
+                assert answer.content_type == "application/json", await answer.text()
+            return
+        with pytest.raises(aiohttp.ClientResponseError, match="Bad status line"):
+            async with session.post(url, json={"revision": "1"}):
+                pass
