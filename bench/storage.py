@@ -184,11 +184,14 @@ async def watch_latency(
                     rv = event["object"].get("metadata", {}).get("resourceVersion", "")
                     # An event may arrive before the PATCH's own answer: keep every one.
                     seen.setdefault(rv, now)
-                if len(wanted) + failures >= n and wanted <= seen.keys():
-                    done.set()
-                    return
+                check()
 
     failures = 0
+
+    def check() -> None:
+        if len(wanted) + failures >= n and wanted <= seen.keys():
+            done.set()
+
     watcher = asyncio.create_task(watch())
     began = time.monotonic()
     try:
@@ -210,6 +213,7 @@ async def watch_latency(
             rv = orjson.loads(answer.body)["metadata"]["resourceVersion"]
             sent[rv] = t0
             wanted.add(rv)
+        check()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout)
     finally:
