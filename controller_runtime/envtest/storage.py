@@ -76,6 +76,12 @@ BACKENDS = (ETCD, KINE_SQLITE, KINE_POSTGRES)
 """The storage names :func:`check_storage` accepts."""
 
 STORAGE_ENV = "CRPY_ENVTEST_STORAGE"
+KINE_POSTGRES_CONNECTIONS = 300
+"""``max_connections`` of a PostgreSQL server the control plane starts for kine. kine keeps no
+upper bound on its pool by default (about one connection per request in flight), and with one
+(``--datastore-max-open-connections=20``) it stalled here under the API server's concurrency:
+of 600 creates 64 at a time, 30 went through, the rest timed out (504). So the server must
+allow what the API server sends, not the other way round."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -240,16 +246,12 @@ class StorageProcess:
                 f"{self.database}?sslmode=disable"
             )
             env["PGPASSWORD"] = self.postgres.password
-        # kine opens as many connections as it has requests in flight by default; the test
-        # server allows 50, shared by every kine database on it.
-        pool = ["--datastore-max-open-connections=20"] if self.backend == KINE_POSTGRES else []
         return [
             str(self.executable),
             f"--endpoint={endpoint}",
             f"--listen-address=127.0.0.1:{self.port}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             "--log-format=json",
-            *pool,
             *self.extra_args,
         ], env
 
@@ -365,7 +367,7 @@ def start_local_postgres() -> OwnedPostgres:
         PostgresNotFoundError,
     )
 
-    server = LocalPostgres()
+    server = LocalPostgres(max_connections=KINE_POSTGRES_CONNECTIONS)
     try:
         server.start()
     except PostgresNotFoundError as err:

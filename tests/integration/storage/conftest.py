@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
-from controller_runtime.envtest.storage import BACKENDS, KINE_POSTGRES, check_storage
+from controller_runtime.envtest.storage import (
+    BACKENDS,
+    KINE_POSTGRES,
+    KINE_POSTGRES_CONNECTIONS,
+    check_storage,
+)
 from controllers.postgres.localserver import LocalPostgres, PostgresNotFoundError
 
 SELECTED = tuple(
@@ -28,7 +33,7 @@ SELECTED = tuple(
 @pytest.fixture(scope="session")
 def storage_postgres() -> Iterator[LocalPostgres]:
     """The PostgreSQL server of every kine-postgres plane here (a database each)."""
-    server = LocalPostgres()
+    server = LocalPostgres(max_connections=KINE_POSTGRES_CONNECTIONS)
     try:
         server.start()
     except PostgresNotFoundError as err:
