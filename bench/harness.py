@@ -264,6 +264,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
 def versions() -> dict[str, str]:
     from bench.peers.gopeer import controller_runtime_version  # noqa: PLC0415
     from controller_runtime.envtest import ETCD_VERSION, KUBERNETES_VERSION  # noqa: PLC0415
+    from controller_runtime.envtest.binaries import KINE_VERSION  # noqa: PLC0415
 
     def dist(name: str) -> str:
         try:
@@ -290,6 +291,7 @@ def versions() -> dict[str, str]:
         "go": go_version,
         "kube-apiserver": KUBERNETES_VERSION,
         "etcd": ETCD_VERSION,
+        "kine": KINE_VERSION,
     }
 
 
@@ -835,19 +837,23 @@ def run_storage_comparison(settings: Settings) -> int:
         plots_dir=settings.plots_dir,
     )
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    the_versions = versions()
+
+    def save(results: list[Any]) -> None:
+        storage.json_path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "load_average_at_end": list(os.getloadavg()),
+            "versions": the_versions,
+            "etcd_quota_bytes": settings.etcd_quota,
+            "results": results,
+        }
+        storage.json_path.write_text(json.dumps(payload, indent=1) + "\n")
+
     try:
-        results = run_storage(storage, make_cluster, say)
+        results = run_storage(storage, make_cluster, say, save)
     except BinaryError as err:
         say(f"bench: {err}")
         return 1
-    storage.json_path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "load_average_at_end": list(os.getloadavg()),
-        "versions": versions(),
-        "etcd_quota_bytes": settings.etcd_quota,
-        "results": results,
-    }
-    storage.json_path.write_text(json.dumps(payload, indent=1) + "\n")
     print(format_table(results), flush=True)
     say(f"results: {storage.json_path}")
     try:

@@ -403,9 +403,13 @@ async def measure_backend(
 
 
 def run_storage(
-    settings: StorageSettings, make_cluster: Callable[[Any], Any], say: Say
+    settings: StorageSettings,
+    make_cluster: Callable[[Any], Any],
+    say: Say,
+    save: Callable[[list[StorageResult]], None] = lambda _: None,
 ) -> list[StorageResult]:
-    """Every backend in turn, each on a control plane of its own, stopped before the next."""
+    """Every backend in turn, each on a control plane of its own, stopped before the next;
+    ``save`` gets the results so far after each backend (a long run interrupted keeps them)."""
     results: list[StorageResult] = []
     load = os.getloadavg()
     say(f"storage: {', '.join(settings.backends)}; sizes {settings.sizes}; load {load[0]:.1f}")
@@ -417,6 +421,7 @@ def run_storage(
         for row in rows:
             row["load_average"] = list(os.getloadavg())
         results += rows
+        save(results)
         say(f"[storage/{backend}] done in {time.monotonic() - began:.0f}s")
     return results
 
