@@ -16,26 +16,42 @@ Mapping to controller-runtime's ``builder.ControllerManagedBy(mgr)``: ``For`` �
 ``Owns`` → :meth:`owns` (``MatchEveryOwner`` → ``only_controller=False``), ``Watches`` →
 :meth:`watches`, ``WithEventFilter`` → :meth:`with_event_filter`, ``WithOptions`` →
 :meth:`with_options`, ``Named`` → :meth:`named`, ``Complete``/``Build`` → :meth:`complete`.
+:meth:`caches` has no counterpart there (controller-runtime's cache starts an informer on
+the first read of a kind; this one never watches behind the caller's back, see
+:mod:`~controller_runtime.cache`).
 
 The builder takes a :class:`~controller_runtime.cache.Cache` (and optionally a factory of
 consistency guards), or anything that offers those and wants the finished controller: a
 :class:`ControllerHost`, which is the seam for a manager (``ControllerBuilder(manager)``).
+
+Mistakes are refused when the controller is built, before anything is watched, each with one
+line naming the fix, rather than per event later: a predicate or handler passed as a class
+(``predicates=[GenerationChanged]``), something that is neither, a reconciler of the wrong
+shape (a class, a plain ``def``, a coroutine already called, the wrong number of arguments),
+``owns()`` without ``for_()``, and a controller name already in use.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, Self, TypedDict, Unpack
 
 from controller_runtime.cache import Cache, KindInformers
-from controller_runtime.controller import Controller, ControllerOptions, _check_name
+from controller_runtime.controller import (
+    Controller,
+    ControllerOptions,
+    check_name,
+    check_reconciler,
+)
 from controller_runtime.handlers import (
     EnqueueRequestForObject,
     EnqueueRequestForOwner,
+    EnqueueRequestsFromMapFunc,
     EventHandler,
 )
-from controller_runtime.predicates import PredicateLike
+from controller_runtime.predicates import Predicate, PredicateLike
 from controller_runtime.ratelimiter import RateLimiter
 from controller_runtime.reconcile import ConsistencyGuard, ReconcileFunc, Reconciler, Request
 
@@ -72,6 +88,49 @@ class OptionChanges(TypedDict, total=False):
     rate_limiter: RateLimiter[Request] | None
     cache_sync_timeout: float
     skip_name_validation: bool
+
+
+def _check_predicates(where: str, predicates: Sequence[PredicateLike]) -> tuple[PredicateLike, ...]:
+    """``predicates`` as a tuple; ``TypeError`` (one line naming the fix) for anything that
+    would fail on every event instead: a class, a non-callable, a function that does not take
+    one argument (the delta)."""
+    if isinstance(predicates, Predicate) or callable(predicates):
+        call = "()" if inspect.isclass(predicates) else ""
+        raise TypeError(
+            f"{where}: predicates= takes a list: predicates=[{_name(predicates)}{call}]"
+        )
+    checked = tuple(predicates)
+    for predicate in checked:
+        if inspect.isclass(predicate):
+            raise TypeError(
+                f"{where}: the predicate {predicate.__name__} is a class; pass an instance: "
+                f"{predicate.__name__}()"
+            )
+        if not callable(predicate):
+            raise TypeError(
+                f"{where}: {predicate!r} is not a predicate; pass a Predicate (e.g. "
+                "GenerationChanged()) or a function of the delta"
+            )
+        if not isinstance(predicate, Predicate) and not _takes_one_argument(predicate):
+            raise TypeError(
+                f"{where}: the predicate {_name(predicate)} must take one argument, the "
+                "StoreDelta: def check(delta) -> bool"
+            )
+    return checked
+
+
+def _takes_one_argument(fn: Callable[..., object]) -> bool:
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect (some builtins): give it the benefit
+        return True
+    return True
+
+
+def _name(obj: object) -> str:
+    return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +170,7 @@ class ControllerBuilder:
         self._name: str | None = None
         self._for: _Watch | None = None
         self._watches: list[_Watch] = []
+        self._cached: list[tuple[str, str]] = []
         self._filters: list[PredicateLike] = []
         self._options = ControllerOptions()
         self._built = False
@@ -134,7 +194,8 @@ class ControllerBuilder:
                 f"for_() was already called ({self._for.kind}); a controller reconciles one "
                 "kind: use watches() for others"
             )
-        self._for = _Watch(api_version, kind, EnqueueRequestForObject(), tuple(predicates))
+        checked = _check_predicates(f"for_({kind!r})", predicates)
+        self._for = _Watch(api_version, kind, EnqueueRequestForObject(), checked)
         return self
 
     def owns(
@@ -150,7 +211,8 @@ class ControllerBuilder:
         (:class:`~controller_runtime.handlers.EnqueueRequestForOwner`).
         ``only_controller=False`` enqueues every owner of the ``for_`` kind (controller-
         runtime's ``MatchEveryOwner``). Needs :meth:`for_`."""
-        self._watches.append(_Watch(api_version, kind, None, tuple(predicates), only_controller))
+        checked = _check_predicates(f"owns({kind!r})", predicates)
+        self._watches.append(_Watch(api_version, kind, None, checked, only_controller))
         return self
 
     def watches(
@@ -164,17 +226,34 @@ class ControllerBuilder:
         """Also watch objects of this kind, mapping their changes to requests with
         ``handler`` (typically :class:`~controller_runtime.handlers.EnqueueRequestsFromMapFunc`).
         """
+        where = f"watches({kind!r})"
+        if inspect.isclass(handler) and issubclass(handler, EventHandler):
+            fix = (
+                f"{handler.__name__}(map_function)"
+                if handler is EnqueueRequestsFromMapFunc
+                else f"{handler.__name__}(...)"
+            )
+            raise TypeError(f"{where}: the handler {handler.__name__} is a class; pass {fix}")
         if not isinstance(handler, EventHandler):
             raise TypeError(
-                f"watches() takes an EventHandler, got {handler!r}; wrap a map function in "
+                f"{where} takes an EventHandler, got {_name(handler)}; wrap a map function in "
                 "EnqueueRequestsFromMapFunc(fn)"
             )
-        self._watches.append(_Watch(api_version, kind, handler, tuple(predicates)))
+        checked = _check_predicates(where, predicates)
+        self._watches.append(_Watch(api_version, kind, handler, checked))
+        return self
+
+    def caches(self, api_version: str, kind: str) -> Self:
+        """Cache this kind for the reconciler to read, without reconciling on its changes
+        (a configuration object, say): :meth:`complete` watches it, and the controller's
+        start waits for its initial list as for the watched kinds. Nothing is enqueued when
+        such an object changes; use :meth:`watches` for that."""
+        self._cached.append((api_version, kind))
         return self
 
     def with_event_filter(self, *predicates: PredicateLike) -> Self:
         """Predicates applied to every watched kind, before each watch's own."""
-        self._filters.extend(predicates)
+        self._filters.extend(_check_predicates("with_event_filter()", predicates))
         return self
 
     def with_options(
@@ -197,20 +276,29 @@ class ControllerBuilder:
         """
         if self._built:
             raise RuntimeError("this builder already built its controller; use a new one")
+        check_reconciler(reconciler)
         main = self._for
+        owned = [w for w in self._watches if w.handler is None]
+        if main is None and owned:
+            raise ValueError(
+                f"owns({owned[0].kind!r}) needs for_(...): owned objects are mapped to their "
+                "owner of the for_ kind; add .for_(api_version, kind) for the owner's kind"
+            )
         if main is None and self._name is None:
-            raise ValueError("a controller needs for_(...) or named(...)")
-        if main is None and any(w.handler is None for w in self._watches):
-            raise ValueError("owns() needs for_(): owned objects are mapped to the for_ kind")
+            raise ValueError(
+                "a controller needs for_(api_version, kind), the kind it reconciles (or, "
+                "with only watches(), a name: named(...))"
+            )
         name = self._name or (main.kind.lower() if main is not None else "")
         if not self._options.skip_name_validation:
-            _check_name(name)
+            check_name(name)
 
         # Resolve every kind before anything is registered: an unknown kind fails the build
         # without leaving a half-wired controller behind.
         cache = self._cache
         main_entry = await cache.watch(main.api_version, main.kind) if main is not None else None
         entries = [await cache.watch(w.api_version, w.kind) for w in self._watches]
+        cached = [await cache.watch(api_version, kind) for api_version, kind in self._cached]
 
         guard = self._guard_factory(name) if self._guard_factory is not None else None
         controller = Controller(name, reconciler, options=self._options, guard=guard)
@@ -228,6 +316,8 @@ class ControllerBuilder:
                     owner_namespaced=main_entry.resource.namespaced,
                 )
             self._register(controller, entry, handler, watch.predicates)
+        for entry in cached:
+            controller.wait_for(entry)
         self._built = True
         if self._host is not None:
             self._host.add(controller)
@@ -252,9 +342,16 @@ class ControllerBuilder:
 
         if self._built:
             raise RuntimeError("this builder already built its controller; use a new one")
+        check_reconciler(reconciler)
         main = self._for
         if main is None:
             raise ValueError("a sharded controller needs for_(...): the kind it shards")
+        if self._cached:
+            raise ValueError(
+                "caches() is not supported by complete_sharded: the slots' controllers would "
+                "not wait for those kinds; watch them with manager.cache.watch(...) and wait "
+                "for them in the reconciler, or keep that controller leader-elected"
+            )
         if self._watches:
             raise ValueError(
                 "a sharded controller supports for_() only: owns()/watches() would see "
@@ -269,7 +366,7 @@ class ControllerBuilder:
             )
         name = self._name or main.kind.lower()
         if not self._options.skip_name_validation:
-            _check_name(name)
+            check_name(name)
         resource = await self._cache.discovery.resolve(main.api_version, main.kind)
         entry = ShardedKindInformers(resource)
         self._cache.attach(main.api_version, main.kind, entry)

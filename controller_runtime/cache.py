@@ -21,9 +21,27 @@ from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
 from informers.labels import LabelSelector
 from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
-from informers.store import IndexFunc, Store
+from informers.store import ADDED, DELETED, MODIFIED, IndexFunc, Store, StoreDelta
 from kubeclient.discovery import ResourceInfo
 from kubeclient.errors import NotFoundError
+
+# The cache and the informer layer under it, for code that runs a cache of its own or looks
+# at deltas (their types, ADDED/MODIFIED/DELETED) rather than through predicates.
+__all__ = [
+    "ADDED",
+    "DELETED",
+    "MODIFIED",
+    "ByObject",
+    "Cache",
+    "CacheSyncTimeoutError",
+    "IndexFunc",
+    "InformerFactory",
+    "KindInformers",
+    "KindKey",
+    "LabelSelector",
+    "NotCachedError",
+    "StoreDelta",
+]
 
 KindKey = tuple[str, str]
 """``(apiVersion, kind)``."""
@@ -102,10 +120,12 @@ class Cache:
         *,
         namespaces: Sequence[str] | None = None,
         by_object: Mapping[KindKey, ByObject] | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         self.factory = factory
         self.namespaces = tuple(namespaces) if namespaces else None
         self.by_object = dict(by_object or {})
+        self.start_timeout = start_timeout
         self._kinds: dict[KindKey, KindInformers] = {}
         self._lock = asyncio.Lock()
 
@@ -117,14 +137,19 @@ class Cache:
         """Watch ``kind`` (idempotent) and return its informers, started.
 
         While the API server cannot be reached, this waits for it (discovery retries with
-        backoff and logs each failure) rather than failing: cancel the caller to give up."""
+        backoff and logs each failure, the first at once) for at most ``start_timeout``
+        seconds, then raises :class:`~kubeclient.discovery.ServerUnreachableError`
+        (``None``, the default of a bare cache: until the caller is cancelled; a manager
+        passes ``ManagerOptions.start_timeout``)."""
         key = (api_version, kind)
         async with self._lock:
             existing = self._kinds.get(key)
             if existing is not None:
                 return existing
             # Waits (and logs) while the API server is unreachable, e.g. at start.
-            resource = await self.factory.discovery.resolve(api_version, kind, wait_for_server=True)
+            resource = await self.factory.discovery.resolve(
+                api_version, kind, wait_for_server=True, wait_timeout=self.start_timeout
+            )
             options = self.by_object.get(key, ByObject())
             namespaces: Sequence[str | None] = [None]
             if resource.namespaced:
@@ -176,14 +201,18 @@ class Cache:
             for store in entry.stores_for(namespace)
         ]
 
-    def _entry(self, api_version: str, kind: str, namespace: str | None) -> KindInformers:
+    def _entry(
+        self, api_version: str, kind: str, namespace: str | None, *, listing: bool = False
+    ) -> KindInformers:
         entry = self._kinds.get((api_version, kind))
         if entry is None:
             raise NotCachedError(
                 f"{kind} ({api_version}) is not in the cache: watch it first (the builder's "
-                "for_/owns/watches, or cache.watch(...)), or read it live with client.live"
+                "for_/owns/watches/caches, or cache.watch(...)), or read it live with "
+                "client.live"
             )
-        if not entry.covers(namespace):
+        # A list of every namespace is served from whatever namespaces are cached.
+        if not (listing and namespace is None) and not entry.covers(namespace):
             scope = ", ".join(sorted(n for n in entry.informers if n)) or "-"
             raise NotCachedError(
                 f"{kind} in namespace {namespace or '<all>'} is outside the cache's scope "
@@ -223,8 +252,11 @@ class Cache:
         namespace: str | None = None,
         label_selector: LabelSelector | str | None = None,
     ) -> list[dict[str, Any]]:
-        """Cached objects of ``kind`` (in ``namespace``, or all the cache holds)."""
-        entry = self._entry(api_version, kind, namespace)
+        """Cached objects of ``kind`` in ``namespace``; ``namespace=None``: every object the
+        cache holds, across the namespaces it caches when its scope is restricted (so the
+        answer is the same whichever namespaces a deployment configures). Raises
+        :class:`NotCachedError` for a kind not cached, or a namespace outside the scope."""
+        entry = self._entry(api_version, kind, namespace, listing=True)
         selector = (
             LabelSelector.parse(label_selector)
             if isinstance(label_selector, str)

@@ -63,6 +63,7 @@ __all__ = [
     "LiveReader",
     "PatchType",
     "PropagationPolicy",
+    "Transport",
     "ignore_not_found",
     "retry_on_conflict",
 ]
@@ -329,8 +330,10 @@ class Client:
         namespace: str | None = None,
         label_selector: LabelSelector | str | None = None,
     ) -> ObjList:
-        """Cached objects of ``kind`` (in ``namespace``, or everything the cache holds);
-        raises :class:`~controller_runtime.cache.NotCachedError` for a kind not cached."""
+        """Cached objects of ``kind`` (in ``namespace``; ``None``: everything the cache holds,
+        across the cached namespaces when the cache is restricted to some); raises
+        :class:`~controller_runtime.cache.NotCachedError` for a kind not cached or a namespace
+        outside the cache's scope."""
         return self.cache.list(
             api_version, kind, namespace=namespace, label_selector=label_selector
         )

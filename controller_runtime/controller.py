@@ -87,6 +87,8 @@ __all__ = [
     "ControllerOptions",
     "ReconcileLogFilter",
     "ReconcileTimeoutError",
+    "check_name",
+    "check_reconciler",
     "is_panic",
     "reconcile_logger",
 ]
@@ -123,15 +125,19 @@ _DEBUG = logging.DEBUG
 
 # Controller names in use in this process: names label the metrics, so two controllers with
 # one name would silently share series (controller-runtime refuses them for the same reason).
-_NAMES: set[str] = set()
+# A name is taken when its controller is created and released when it stops.
+_NAMES: dict[str, Controller] = {}
 
 
-def _check_name(name: str) -> None:
+def check_name(name: str) -> None:
+    """Raise ``ValueError`` if a controller of this process that has not been stopped has
+    this name (the builder checks before it watches anything; :class:`Controller` takes the
+    name when created, and :meth:`Controller.stop` releases it)."""
     if name in _NAMES:
         raise ValueError(
-            f"a controller named {name!r} already exists in this process: controller names "
-            "label metrics and logs and must be unique; choose another with named(...), or "
-            "set skip_name_validation=True (tests)"
+            f"a controller named {name!r} already runs in this process: controller names "
+            "label metrics and logs and must be unique; choose another with named(...), stop "
+            "the other one first, or set skip_name_validation=True (tests)"
         )
 
 
@@ -270,10 +276,10 @@ class Controller:
         if not name:
             raise ValueError("a controller needs a name")
         self.options = options = options or ControllerOptions()
-        self._reconcile = _reconcile_callable(reconciler)
+        self._reconcile = check_reconciler(reconciler)
         if not options.skip_name_validation:
-            _check_name(name)
-            _NAMES.add(name)
+            check_name(name)
+            _NAMES[name] = self
         self.name = name
         self.guard = guard
         self.queue: WorkQueue[Request] = WorkQueue(
@@ -286,6 +292,7 @@ class Controller:
             ),
         )
         self._registrations: list[Registration] = []
+        self._read_only: list[SharedInformer] = []  # cached for reads; they queue nothing
         self._workers: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
@@ -317,6 +324,15 @@ class Controller:
         else:
             self._registrations.extend(source.add_handler(fn))
 
+    def wait_for(self, source: KindInformers | SharedInformer) -> None:
+        """Make :meth:`start` also wait for ``source``'s initial list, without feeding the
+        queue from it: for a kind the reconciler only reads from the cache (the builder's
+        :meth:`~controller_runtime.builder.ControllerBuilder.caches`)."""
+        if isinstance(source, SharedInformer):
+            self._read_only.append(source)
+        else:
+            self._read_only.extend(source.informers.values())
+
     def enqueue(self, request: Request, *, priority: int = 0, after: float | None = None) -> None:
         """Queue ``request`` (deduplicated; ignored once stopped), after ``after`` seconds if
         given. Higher ``priority`` first; 0 for fresh changes, ``LOW_PRIORITY`` for backlog."""
@@ -347,14 +363,21 @@ class Controller:
             raise RuntimeError(f"controller {self.name!r} is already started")
         self._started = True
         pending = [r for r in self._registrations if not r.has_synced]
-        if pending:
+        read_only = [i for i in self._read_only if not i.has_synced]
+        if pending or read_only:
             log.info("Waiting for caches to sync", extra={"controller": self.name})
             try:
                 async with asyncio.timeout(self.options.cache_sync_timeout):
-                    await asyncio.gather(*(r.wait_synced() for r in pending))
+                    await asyncio.gather(
+                        *(r.wait_synced() for r in pending),
+                        *(i.wait_for_sync() for i in read_only),
+                    )
             except TimeoutError:
                 self._started = False
-                late = sorted({r.informer.description for r in pending if not r.has_synced})
+                late = sorted(
+                    {r.informer.description for r in pending if not r.has_synced}
+                    | {i.description for i in read_only if not i.has_synced}
+                )
                 raise CacheSyncTimeoutError(
                     f"controller {self.name!r}: sources did not sync within "
                     f"{self.options.cache_sync_timeout}s: {', '.join(late)}; check RBAC "
@@ -379,6 +402,8 @@ class Controller:
         if self._stopped:
             return True
         self._stopped = True
+        if _NAMES.get(self.name) is self:
+            del _NAMES[self.name]
         for registration in self._registrations:
             registration.remove()
         log.info("Stopping workers", extra={"controller": self.name})
@@ -559,7 +584,23 @@ class Controller:
         return f"<Controller {self.name!r} {state}, {len(self._workers)} workers>"
 
 
-def _reconcile_callable(reconciler: ReconcileFunc | Reconciler) -> ReconcileFunc:
+def check_reconciler(reconciler: object) -> ReconcileFunc:
+    """The coroutine function to call for ``reconciler`` (a coroutine function taking the
+    :class:`~controller_runtime.reconcile.Request`, or an object whose ``reconcile`` method is
+    one). Anything else raises ``TypeError`` with one line naming the fix: a class instead of
+    an instance, a plain ``def``, a coroutine (the function called instead of passed), a
+    function that does not take exactly one argument."""
+    if inspect.isclass(reconciler):
+        name = reconciler.__name__
+        if callable(getattr(reconciler, "reconcile", None)):
+            raise TypeError(f"the reconciler {name} is a class; pass an instance: {name}(...)")
+        raise TypeError(f"{name} is a class, not a reconciler: pass an async function")
+    if inspect.iscoroutine(reconciler):
+        reconciler.close()  # never awaited: close it, or Python warns about it later
+        raise TypeError(
+            f"got a coroutine ({reconciler.__qualname__}(...) was called): pass the function "
+            f"itself, complete({reconciler.__qualname__})"
+        )
     if isinstance(reconciler, Reconciler):
         fn: ReconcileFunc = reconciler.reconcile
     elif callable(reconciler):
@@ -568,12 +609,22 @@ def _reconcile_callable(reconciler: ReconcileFunc | Reconciler) -> ReconcileFunc
         raise TypeError(
             f"a reconciler is an async function or has an async reconcile method: {reconciler!r}"
         )
+    name = getattr(fn, "__qualname__", None) or repr(fn)
     # Catch the common slip (``def`` instead of ``async def``) early; a lambda may well return
     # a coroutine, so it is let through (a non-awaitable result then fails each reconcile).
     plain = inspect.isfunction(fn) or inspect.ismethod(fn)
     if plain and fn.__name__ != "<lambda>" and not inspect.iscoroutinefunction(fn):
         raise TypeError(
-            f"the reconciler {getattr(fn, '__qualname__', fn)} must be a coroutine function "
-            "(async def); run blocking code inside it with asyncio.to_thread"
+            f"the reconciler {name} must be a coroutine function (async def); run blocking "
+            "code inside it with asyncio.to_thread"
         )
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        raise TypeError(
+            f"the reconciler {name} must take one argument, the Request: "
+            "async def reconcile(request) -> Result | None"
+        ) from None
+    except ValueError:
+        pass  # no signature to inspect (some builtins and C callables): let it through
     return fn

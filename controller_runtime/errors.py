@@ -2,8 +2,12 @@
 
 API errors are raised by the transport for every non-2xx answer (:mod:`kubeclient.errors`);
 the common reasons have their own types so that callers can ``except NotFoundError``. They are
-re-exported here, with the cache's :class:`NotCachedError` and discovery's
-:class:`UnknownKindError`.
+re-exported here, with the runtime's own: the cache's :class:`NotCachedError` and
+:class:`CacheSyncTimeoutError`, discovery's :class:`UnknownKindError` and
+:class:`ServerUnreachableError` (a manager's ``start_timeout`` passed while the API server
+could not be reached), configuration's :class:`ConfigError` and the manager's
+:class:`LeaderElectionLostError`. Every name here is also importable from
+``controller_runtime`` itself.
 
 - :class:`NotFoundError` (404), :class:`AlreadyExistsError` (409 AlreadyExists, a subclass of
   :class:`ConflictError`), :class:`ConflictError` (409: stale resourceVersion, failed
@@ -15,8 +19,10 @@ re-exported here, with the cache's :class:`NotCachedError` and discovery's
   failure such as a dropped connection).
 """
 
-from controller_runtime.cache import NotCachedError
-from kubeclient.discovery import UnknownKindError
+from controller_runtime.cache import CacheSyncTimeoutError, NotCachedError
+from controller_runtime.leaderelection import LeaderElectionLostError
+from kubeclient.config import ConfigError
+from kubeclient.discovery import ServerUnreachableError, UnknownKindError
 from kubeclient.errors import (
     AlreadyExistsError,
     ApiError,
@@ -38,15 +44,19 @@ __all__ = [
     "AlreadyExistsError",
     "ApiError",
     "BadRequestError",
+    "CacheSyncTimeoutError",
+    "ConfigError",
     "ConflictError",
     "ForbiddenError",
     "GoneError",
     "InternalServerError",
     "InvalidError",
+    "LeaderElectionLostError",
     "MethodNotAllowedError",
     "NotCachedError",
     "NotFoundError",
     "ServerTimeoutError",
+    "ServerUnreachableError",
     "ServiceUnavailableError",
     "TooManyRequestsError",
     "UnauthorizedError",

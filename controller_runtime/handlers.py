@@ -30,14 +30,14 @@ from controller_runtime.reconcile import Request
 from controller_runtime.workqueue import LOW_PRIORITY
 from informers.store import MODIFIED, StoreDelta
 
+# What a controller author uses (all of it re-exported by ``controller_runtime``);
+# ``DeltaHandler`` and ``RequestQueue`` are the seams to informers and the controller's queue.
 __all__ = [
-    "DeltaHandler",
     "EnqueueRequestForObject",
     "EnqueueRequestForOwner",
     "EnqueueRequestsFromMapFunc",
     "EventHandler",
     "MapFunc",
-    "RequestQueue",
     "request_for",
 ]
 

@@ -35,6 +35,7 @@ __all__ = [
     "CONTEXT_FIELDS",
     "JsonFormatter",
     "LogFormat",
+    "ReconcileLogFilter",
     "TextFormatter",
     "configure_logging",
 ]

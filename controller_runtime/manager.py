@@ -1,10 +1,19 @@
 """The manager: one process's cache, client, controllers, leader election, metrics and health
 endpoints, and graceful shutdown.
 
+Creating a :class:`Manager` opens nothing (no connection, no task, no socket): the first
+request opens the connection pool (usually the builder's discovery of a kind), and
+:meth:`Manager.run` the servers. Everything is closed on every path: at the end of
+:meth:`Manager.run`, however it ends, and by :meth:`Manager.close` (or leaving
+``async with Manager(...) as manager:``) when ``run`` is never reached, e.g. because building
+a controller failed. Use ``async with``: a program that fails before ``run`` then leaves no
+"Unclosed client session" behind.
+
 Lifecycle of :meth:`Manager.run`:
 
 1. Serve ``/metrics`` and ``/healthz``/``/readyz`` (each on its own address; ``None`` or
-   ``"0"`` turns one off; port 0 picks a free one, see :attr:`Manager.metrics_url`).
+   ``"0"`` turns one off; port 0 picks a free one, see :attr:`Manager.metrics_url`), and log
+   the addresses actually bound in one line.
 2. Wait for every watched kind's informers to sync (``cache_sync_timeout``, 120 s default;
    the error names the kinds that did not). ``/readyz`` turns ready then. Followers keep
    their caches warm too, so a takeover does not wait for a full sync. From then on the
@@ -17,8 +26,13 @@ Lifecycle of :meth:`Manager.run`:
    start them at once.
 4. On :meth:`request_stop` (SIGTERM/SIGINT with :func:`run_until_signalled`): stop taking
    new work, let in-flight reconciles finish for up to ``graceful_shutdown_timeout`` (30 s),
-   release the Lease, stop the informers, close the connections. A second signal exits at
-   once (exit status 1).
+   flush the event recorders (:meth:`Manager.event_recorder`), release the Lease, stop the
+   informers, close the connections. A second signal exits at once (exit status 1).
+
+While the API server cannot be reached at start, building a controller waits for it, logging
+the first failure at once (the server's address and the reason) and each retry after, for at
+most ``ManagerOptions.start_timeout`` (120 s), then raises
+:class:`~kubeclient.discovery.ServerUnreachableError`.
 
 Losing leadership stops the controllers at once (in-flight reconciles are cancelled, no
 graceful drain) and :meth:`run` raises
@@ -51,6 +65,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -72,6 +87,7 @@ from controller_runtime.leaderelection import (
 )
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
 from controller_runtime.sharding import ShardRing, ShardRingConfig
+from controller_runtime.util.events import EventRecorder, EventRecorderOptions
 from informers import metrics as informer_metrics
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
@@ -117,6 +133,10 @@ class ManagerOptions:
     and presumes the connection dead after no byte for that time plus 10 s (a frozen
     connection, a silent partition): it then re-watches, or relists if needed. Lower it to
     notice a frozen connection sooner, at the cost of re-opening every watch that often.
+    ``start_timeout``: seconds to wait for an API server that cannot be reached (connection
+    failures, 429, 5xx) while starting, i.e. while a controller is built and its kinds are
+    discovered; then :class:`~kubeclient.discovery.ServerUnreachableError` (120 s; ``None``:
+    wait until cancelled). The first failure is logged at once with the server's address.
     """
 
     namespaces: Sequence[str] | None = None
@@ -130,6 +150,7 @@ class ManagerOptions:
     read_your_writes: bool = True
     field_manager: str = "controller-runtime-py"
     watch_timeout_seconds: int = 300
+    start_timeout: float | None = 120.0
 
 
 def _split_address(address: str | None) -> tuple[str, int] | None:
@@ -141,20 +162,32 @@ def _split_address(address: str | None) -> tuple[str, int] | None:
 
 
 class Manager:
-    """Runs controllers against one cluster. See the module docstring for the lifecycle."""
+    """Runs controllers against one cluster. See the module docstring for the lifecycle.
+
+    Creating one opens nothing; :meth:`run` closes everything when it ends, and
+    :meth:`close` (``async with Manager(...) as manager:``) when ``run`` is never reached.
+    """
 
     def __init__(self, config: ClusterConfig, options: ManagerOptions | None = None) -> None:
         self.config = config
         self.options = options = options or ManagerOptions()
-        self.transport = Transport(config, observer=informer_metrics.rest_observer(config.server))
         timeout = options.watch_timeout_seconds
         if timeout < 1:
             raise ValueError(f"watch_timeout_seconds must be >= 1, got {timeout}")
+        if options.start_timeout is not None and not options.start_timeout > 0:
+            raise ValueError(f"start_timeout must be > 0 or None, got {options.start_timeout}")
+        # Lazy: the transport opens its connection pool at the first request.
+        self.transport = Transport(config, observer=informer_metrics.rest_observer(config.server))
         self.factory = InformerFactory(
             self.transport,
             options=ReflectorOptions(watch_timeout_min=timeout, watch_timeout_max=2 * timeout),
         )
-        self.cache = Cache(self.factory, namespaces=options.namespaces, by_object=options.by_object)
+        self.cache = Cache(
+            self.factory,
+            namespaces=options.namespaces,
+            by_object=options.by_object,
+            start_timeout=options.start_timeout,
+        )
         self.client = Client(self.transport, self.cache, field_manager=options.field_manager)
         self.controllers: list[Controller] = []
         self.runnables: list[Runnable] = []
@@ -184,6 +217,53 @@ class Manager:
         self.metrics_url: str | None = None
         self.health_url: str | None = None
         self.is_leader = False
+        self._recorders: dict[str, EventRecorder] = {}
+        self._closed = False
+        self._running = False
+
+    async def __aenter__(self) -> Manager:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close everything the manager opened (controllers, event recorders, informers,
+        connections), for when :meth:`run` is never reached or to be sure after it;
+        idempotent. ``async with Manager(...)`` calls it on the way out. A closed manager
+        cannot run."""
+        if self._closed or self._running:
+            return  # run() closes what it opened itself when it ends
+        self._closed = True
+        await self._shutdown()
+
+    def event_recorder(
+        self, name: str, *, options: EventRecorderOptions | None = None
+    ) -> EventRecorder:
+        """The event recorder reporting as ``name`` (controller-runtime's
+        ``GetEventRecorderFor``): Events' ``reportingController``, a qualified name such as
+        ``example.com/my-controller``. ``reportingInstance`` is this host's name (the Pod's
+        name in a cluster).
+
+        The same name returns the same recorder. It writes through :attr:`client`, from its
+        first record on (:class:`~controller_runtime.util.EventRecorder`: series, rate limits,
+        never blocks a reconcile); the manager flushes and closes it when it stops (after the
+        controllers, so what they record while draining is written too).
+        """
+        recorder = self._recorders.get(name)
+        if recorder is None:
+            recorder = EventRecorder(
+                self.client,
+                reporting_controller=name,
+                reporting_instance=(socket.gethostname() or "controller-runtime-py")[:128],
+                options=options,
+            )
+            self._recorders[name] = recorder
+        elif options is not None and options != recorder.options:
+            raise ValueError(
+                f"the event recorder {name!r} exists with other options: {recorder.options}"
+            )
+        return recorder
 
     # -- the ControllerHost seam (used by ControllerBuilder) --------------------------------
 
@@ -219,7 +299,11 @@ class Manager:
     # -- run --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Run until :meth:`request_stop`; see the module docstring."""
+        """Run until :meth:`request_stop`; see the module docstring. Everything is closed
+        when it returns or raises; a manager runs once."""
+        if self._closed or self._running:
+            raise RuntimeError("this manager already ran or was closed; create a new one")
+        self._running = True
         _count_loop_exceptions(asyncio.get_running_loop())
         await self._run()
 
@@ -230,6 +314,7 @@ class Manager:
             await self._serve()
             await self._start_and_lead()
         finally:
+            self._closed = True
             await self._shutdown()
 
     async def _start_and_lead(self) -> None:
@@ -328,6 +413,8 @@ class Manager:
         for runnable in self.runnables:
             timeout = 0 if runnable.need_leader_election else drain
             await _logged(f"stopping runnable {runnable!r}", runnable.stop(timeout))
+        for name, recorder in self._recorders.items():
+            await _logged(f"flushing the event recorder {name!r}", recorder.close())
         await _logged("stopping the informers", self.cache.stop())
         for task in self._server_tasks:
             task.cancel()
@@ -360,6 +447,11 @@ class Manager:
             app.router.add_get("/healthz", self._health_handler(self._healthz))
             app.router.add_get("/readyz", self._health_handler(self._readyz))
             self.health_url = await self._start_server(HEALTH_SERVER, app, health_at)
+        # The addresses actually bound (a port 0 picked a free one): where to point a scraper.
+        metrics = f"{self.metrics_url}/metrics" if self.metrics_url else "off"
+        health = self.health_url
+        probes = f"{health}/healthz and {health}/readyz" if health else "off"
+        log.info("serving metrics at %s, probes at %s", metrics, probes)
 
     def _serving(self, name: str) -> bool:
         listener = self._listeners.get(name)

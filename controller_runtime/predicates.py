@@ -35,6 +35,9 @@ from typing import Any, TypeAlias
 from informers.labels import LabelSelector
 from informers.store import ADDED, DELETED, MODIFIED, StoreDelta
 
+# What a controller author uses (all of it re-exported by ``controller_runtime``), with
+# StoreDelta, the argument every predicate receives. ``as_predicate`` and ``combine`` are the
+# runtime's own plumbing.
 __all__ = [
     "AnnotationsChanged",
     "GenerationChanged",
@@ -44,9 +47,8 @@ __all__ = [
     "PredicateFuncs",
     "PredicateLike",
     "ResourceVersionChanged",
+    "StoreDelta",
     "and_",
-    "as_predicate",
-    "combine",
     "not_",
     "or_",
 ]

@@ -31,7 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from(argv)  # --help and bad flags end here, before anything loads
     # The runtime and the controllers are imported after the flags are read (seconds of
     # imports that --help should not wait for).
-    from controller_runtime import configure_logging, install_uvloop  # noqa: PLC0415
+    from controller_runtime import configure_logging  # noqa: PLC0415
+    from controller_runtime.manager import install_uvloop  # noqa: PLC0415
     from controllers.app import run_operator  # noqa: PLC0415
 
     configure_logging(settings.log_level, settings.log_format)

@@ -7,20 +7,20 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from controller_runtime import (
-    SERVICE_ACCOUNT_DIR,
     CacheSyncTimeoutError,
-    ClusterConfig,
     ConfigError,
     ControllerOptions,
     LeaderElectionConfig,
     LeaderElectionLostError,
     Manager,
     ManagerOptions,
-    ShardRingConfig,
+    ServerUnreachableError,
     UnknownKindError,
     load_config,
     run_until_signalled,
 )
+from controller_runtime.config import SERVICE_ACCOUNT_DIR, ClusterConfig
+from controller_runtime.sharding import ShardRingConfig
 from controllers.cli import OperatorSettings
 from controllers.postgres import (
     setup_backup_controller,
@@ -118,26 +118,6 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
     )
 
 
-class EndpointAnnouncer:
-    """Logs where the manager serves metrics and probes, once it does (the manager starts
-    runnables that need no leadership right after its endpoints), so that a port 0 or ``:8080``
-    setting shows up as a URL to open."""
-
-    need_leader_election = False
-
-    def __init__(self, manager: Manager) -> None:
-        self.manager = manager
-
-    async def start(self) -> None:
-        metrics = f"{self.manager.metrics_url}/metrics" if self.manager.metrics_url else "off"
-        health = self.manager.health_url
-        probes = f"{health}/healthz and {health}/readyz" if health else "off"
-        log.info("serving metrics at %s, probes at %s", metrics, probes)
-
-    async def stop(self, drain_timeout: float | None) -> None:
-        return None
-
-
 async def setup_controllers(manager: Manager, settings: OperatorSettings) -> None:
     for name in settings.controllers:
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
@@ -150,44 +130,47 @@ async def run_operator(settings: OperatorSettings) -> int:  # noqa: PLR0911
     try:
         config = await load_config(settings.kubeconfig, settings.context)
     except ConfigError as err:
-        log.error("%s", err)
+        hint = "" if settings.kubeconfig else " (or name one with --kubeconfig FILE)"
+        log.error("%s%s", err, hint)
         return 1
-    manager = build_manager(settings, config)
-    manager.add(EndpointAnnouncer(manager))
-    try:
-        await setup_controllers(manager, settings)
-    except UnknownKindError as err:
-        log.error("%s (install the CRDs: kubectl apply -k manifests/)", err)
-        await manager.transport.close()
-        return 1
-    log.info(
-        "operator starting against %s (%s): controllers %s, namespaces %s, leader election %s",
-        config.server,
-        config.source,
-        ", ".join(settings.controllers),
-        ", ".join(settings.namespaces) or "all",
-        "on" if settings.leader_elect else "off",
-    )
-    if settings.shard_ring:
-        log.info("Task controller sharded over ring %s", settings.shard_ring)
-    try:
-        await run_until_signalled(manager)
-    except OSError as err:
-        if err.errno != errno.EADDRINUSE:
-            raise
-        log.error(
-            "%s", busy_port_message(settings, metrics_started=manager.metrics_url is not None)
+    # async with: whatever ends the operator before or during run, nothing stays open.
+    async with build_manager(settings, config) as manager:
+        try:
+            await setup_controllers(manager, settings)
+        except UnknownKindError as err:
+            log.error("%s (install the CRDs: kubectl apply -k manifests/)", err)
+            return 1
+        except ServerUnreachableError as err:
+            log.error("%s", err)
+            return 1
+        log.info(
+            "operator starting against %s (%s): controllers %s, namespaces %s, leader election %s",
+            config.server,
+            config.source,
+            ", ".join(settings.controllers),
+            ", ".join(settings.namespaces) or "all",
+            "on" if settings.leader_elect else "off",
         )
-        return 1
-    except LeaderElectionLostError as err:
-        log.error("%s; exiting so that the process restarts as a follower", err)
-        return 1
-    except CacheSyncTimeoutError as err:
-        log.error("%s", err)
-        return 1
-    except Exception as err:
-        # Logged with its traceback by Manager.run; exit non-zero so that the Pod restarts.
-        log.error("operator failed (%s: %s); exiting with status 1", type(err).__name__, err)
-        return 1
+        if settings.shard_ring:
+            log.info("Task controller sharded over ring %s", settings.shard_ring)
+        try:
+            await run_until_signalled(manager)
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE:
+                raise
+            log.error(
+                "%s", busy_port_message(settings, metrics_started=manager.metrics_url is not None)
+            )
+            return 1
+        except LeaderElectionLostError as err:
+            log.error("%s; exiting so that the process restarts as a follower", err)
+            return 1
+        except CacheSyncTimeoutError as err:
+            log.error("%s", err)
+            return 1
+        except Exception as err:
+            # Logged with its traceback by Manager.run; exit non-zero so that the Pod restarts.
+            log.error("operator failed (%s: %s); exiting with status 1", type(err).__name__, err)
+            return 1
     log.info("operator stopped")
     return 0

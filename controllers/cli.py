@@ -80,7 +80,8 @@ def parser(
     prog: str = "python -m controllers",
     description: str = "Run the operator: the Task and PostgreSQL controllers on one manager.",
 ) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=description)
+    # No abbreviations: "--metrics-bind 1" must not silently mean --metrics-bind-address.
+    p = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     cluster = p.add_argument_group("cluster")
     cluster.add_argument(
         "--kubeconfig",

@@ -24,7 +24,7 @@ def cluster_configured() -> bool:
         return True
     if (Path.home() / ".kube" / "config").is_file():
         return True
-    from controller_runtime import in_cluster_available  # noqa: PLC0415 (after the flags)
+    from controller_runtime.config import in_cluster_available  # noqa: PLC0415 (after the flags)
 
     return in_cluster_available()
 

@@ -10,9 +10,12 @@ import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
 
-from controller_runtime import Transport, configure_logging, install_uvloop, load_kubeconfig
+from controller_runtime import configure_logging
+from controller_runtime.client import Transport
+from controller_runtime.config import load_kubeconfig
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.__main__ import plane_kubectl, print_access
+from controller_runtime.manager import install_uvloop
 from controllers.app import run_operator
 from controllers.cli import settings_from
 from controllers.dev import print_endpoints

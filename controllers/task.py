@@ -30,16 +30,16 @@ from controller_runtime import (
     Client,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EventRecorder,
     GenerationChanged,
-    NotFoundError,
     Request,
     Result,
-    ShardedController,
+    ignore_not_found,
     set_condition,
 )
+from controller_runtime.builder import ControllerHost
+from controller_runtime.sharded_controller import ShardedController
 from controllers.recording import controller_recorder
 
 TASK_API_VERSION = "tasks.crpy.io/v1"
@@ -121,9 +121,8 @@ class TaskReconciler:
         self.recorder = recorder
 
     async def reconcile(self, request: Request) -> Result | None:
-        try:
-            task = await self.client.get(TASK_API_VERSION, TASK_KIND, request)
-        except NotFoundError:
+        task = await ignore_not_found(self.client.get(TASK_API_VERSION, TASK_KIND, request))
+        if task is None:
             return None  # deleted: nothing to do
         status, wake_in = derive_status(task, self.clock())
         if status != (task.get("status") or {}):
@@ -162,7 +161,7 @@ async def setup_task_controller(
     changes (``GenerationChanged``: its own status writes do not trigger it again). Events
     go to ``recorder``, by default a new one reporting as ``tasks.crpy.io/task-controller``
     that is closed when ``host`` stops."""
-    recorder = controller_recorder(host, client, "tasks.crpy.io/task-controller", recorder)
+    recorder = controller_recorder(host, "tasks.crpy.io/task-controller", recorder)
     reconciler = TaskReconciler(client, clock=clock, recorder=recorder)
     return await _task_builder(host, options).complete(reconciler)
 
@@ -178,6 +177,6 @@ async def setup_sharded_task_controller(
     """The Task controller sharded over the manager's ring (``ManagerOptions.shard_ring``):
     each replica reconciles the Tasks of the slots it owns. Events as for
     :func:`setup_task_controller`."""
-    recorder = controller_recorder(host, client, "tasks.crpy.io/task-controller", recorder)
+    recorder = controller_recorder(host, "tasks.crpy.io/task-controller", recorder)
     reconciler = TaskReconciler(client, clock=clock, recorder=recorder)
     return await _task_builder(host, options).complete_sharded(reconciler)

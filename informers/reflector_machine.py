@@ -70,6 +70,10 @@ and the apiserver; docs/design.md, "Wire semantics are handled on purpose"):
   raises on server behaviour.
 - A 5xx on the watch request with ``Retry-After`` waits that long and re-watches (what
   client-go's request retry does); without it, backoff and relist.
+- Logs: a 429 is expected for a moment (a fresh API server answers "storage is
+  (re)initializing" until its watch cache is ready; flow control sheds bursts), so the first
+  :data:`QUIET_THROTTLES` (2) in a row, without a LIST page or a watch's 200 in between, log at
+  DEBUG; from the third on the throttling persists and logs at its usual level, with the count.
 - Backoff: 0.8 s, x2, capped at 30 s, each sleep jittered into [d, 2d) like client-go's
   ``Jitter(d, 1.0)``. A positive ``Retry-After`` is honoured exactly (capped at
   ``max_retry_after``) instead of the backoff delay, and still counts as a failure. The schedule
@@ -99,6 +103,7 @@ from typing import Any, Final, TypeAlias
 
 __all__ = [
     "INITIAL_EVENTS_END_ANNOTATION",
+    "QUIET_THROTTLES",
     "ApplyEvent",
     "Bookmark",
     "CloseWatch",
@@ -119,6 +124,10 @@ __all__ = [
     "WatchRestarted",
     "parse_status",
 ]
+
+QUIET_THROTTLES: Final = 2
+"""429 answers in a row (no LIST page or watch 200 in between) logged at DEBUG before the
+throttling counts as persisting and logs at its usual level (see ``_throttled_log``)."""
 
 INITIAL_EVENTS_END_ANNOTATION: Final = "k8s.io/initial-events-end"
 """Annotation (value ``"true"``) on the one bookmark that ends a streaming list's initial events."""
@@ -481,6 +490,65 @@ def _object_rv(obj: Any) -> str:
     return rv if isinstance(rv, str) else ""
 
 
+@dataclass(frozen=True, slots=True)
+class _FailurePlan:
+    """What a failed plain watch leads to: its log line, metric hook, and how to resume."""
+
+    level: int
+    message: str
+    hook: Relisting | WatchRestarted
+    resume: _Resume
+    transition: Transition
+    reason: str
+    too_large: bool = False
+
+
+def _plan_watch_failure(info: StatusInfo, what: str) -> _FailurePlan:
+    """The rows WATCHING -> BACKOFF of the transition table, for an HTTP error or an ERROR
+    event (``what`` describes it)."""
+    if info.expired:
+        # client-go: backoff, then relist at the last RV (NotOlderThan, so no 410 again).
+        return _FailurePlan(
+            logging.INFO,
+            f"watch expired ({what}); relisting",
+            Relisting("watch expired"),
+            _Resume.FULL_SYNC,
+            Transition.RELIST_LATER,
+            "watch expired",
+        )
+    if info.too_large:
+        return _FailurePlan(
+            logging.INFO,
+            f"{what}; relisting at the latest resourceVersion",
+            Relisting("watch resourceVersion too large"),
+            _Resume.FULL_SYNC,
+            Transition.RELIST_LATER,
+            "resourceVersion too large",
+            too_large=True,
+        )
+    if info.code in (0, 429) or (info.code >= 500 and info.retry_after is not None):
+        # Throttled or unreachable: the RV is still good, so no relist
+        # (client-go TestNoRelistOnTooManyRequests).
+        return _FailurePlan(
+            logging.INFO,
+            f"watch refused ({what}); re-watching after a delay",
+            WatchRestarted(f"watch refused ({info.code})"),
+            _Resume.REWATCH,
+            Transition.REWATCH_LATER,
+            f"watch refused ({info.code})",
+        )
+    # 401/403/404/500/unknown: client-go ends ListAndWatch and relists after backoff. A 404 can
+    # mean the CRD was recreated, which only a relist repairs.
+    return _FailurePlan(
+        logging.ERROR if info.code in (401, 403, 404) else logging.WARNING,
+        f"watch failed ({what}); relisting after a delay",
+        Relisting(f"watch failed ({info.code})"),
+        _Resume.FULL_SYNC,
+        Transition.RELIST_LATER,
+        f"watch failed ({info.code})",
+    )
+
+
 def _object_key(obj: Any) -> str | None:
     """``namespace/name`` (or ``name`` when cluster-scoped), like client-go's key function."""
     meta = _metadata(obj)
@@ -577,6 +645,7 @@ class ReflectorMachine:
         self._resume = _Resume.FULL_SYNC
         self._backoff_step = 0
         self._healthy_since: float | None = None
+        self._throttled = 0  # 429s in a row, since the last LIST page or watch 200
 
     # ---- read-only view -------------------------------------------------------------------
 
@@ -734,7 +803,7 @@ class ReflectorMachine:
         resume = _Resume.LIST_PAGE if transient or self._page == 1 else _Resume.FULL_SYNC
         return self._later(
             now,
-            [Log(level, what + "; retrying after a delay")],
+            [self._throttled_log(info, level, what + "; retrying after a delay")],
             resume,
             Transition.LIST_RETRY_LATER,
             f"list failed ({info.code})",
@@ -1007,91 +1076,72 @@ class ReflectorMachine:
             effects.append(CloseWatch(f"error: {info.reason or info.code}"))
         self._watch_open = False
         if self._state is State.STREAMING_LIST:
-            self._pending = {}
-            if info.code in (400, 422):
-                # The WatchList gate is off (422) or the server predates the options (400).
-                self._streaming_supported = False
-                effects.append(
-                    Log(logging.WARNING, f"streaming list not supported ({what}); using LIST")
-                )
-                effects += self._begin_list(unpaged=False, transition=Transition.STREAM_UNSUPPORTED)
-                return effects
-            self._stream_fallback = True
-            if info.too_large:
-                self._rv_unavailable = True
+            return self._streaming_list_failed(now, info, what, effects)
+        return self._watching_failed(now, info, what, effects)
+
+    def _streaming_list_failed(
+        self, now: float, info: StatusInfo, what: str, effects: list[Effect]
+    ) -> list[Effect]:
+        """A streaming list failed before its end bookmark: a 422/400 turns streaming off
+        for good and lists now; anything else falls back to LIST for this sync, later."""
+        self._pending = {}
+        if info.code in (400, 422):
+            # The WatchList gate is off (422) or the server predates the options (400).
+            self._streaming_supported = False
             effects.append(
-                Log(logging.WARNING, f"streaming list failed ({what}); falling back to LIST")
+                Log(logging.WARNING, f"streaming list not supported ({what}); using LIST")
             )
-            return self._later(
-                now,
-                effects,
-                _Resume.FULL_SYNC,
-                Transition.STREAM_RETRY_LATER,
-                "streaming list failed",
-                retry_after=info.retry_after,
-                too_large=info.too_large,
-            )
-        # WATCHING
-        if info.expired:
-            # client-go: backoff, then relist at the last RV (NotOlderThan, so no 410 again).
-            effects += [
-                Log(logging.INFO, f"watch expired ({what}); relisting"),
-                Relisting("watch expired"),
-            ]
-            return self._later(
-                now,
-                effects,
-                _Resume.FULL_SYNC,
-                Transition.RELIST_LATER,
-                "watch expired",
-                retry_after=info.retry_after,
-            )
+            effects += self._begin_list(unpaged=False, transition=Transition.STREAM_UNSUPPORTED)
+            return effects
+        self._stream_fallback = True
         if info.too_large:
-            # The server lags our RV; what we hold is fine but the RV cannot be resumed from.
             self._rv_unavailable = True
-            effects += [
-                Log(logging.INFO, f"{what}; relisting at the latest resourceVersion"),
-                Relisting("watch resourceVersion too large"),
-            ]
-            return self._later(
-                now,
-                effects,
-                _Resume.FULL_SYNC,
-                Transition.RELIST_LATER,
-                "resourceVersion too large",
-                retry_after=info.retry_after,
-                too_large=True,
-            )
-        if info.code in (0, 429) or (info.code >= 500 and info.retry_after is not None):
-            # Throttled or unreachable: the RV is still good, so no relist
-            # (client-go TestNoRelistOnTooManyRequests).
-            effects += [
-                Log(logging.INFO, f"watch refused ({what}); re-watching after a delay"),
-                WatchRestarted(f"watch refused ({info.code})"),
-            ]
-            return self._later(
-                now,
-                effects,
-                _Resume.REWATCH,
-                Transition.REWATCH_LATER,
-                f"watch refused ({info.code})",
-                retry_after=info.retry_after,
-            )
-        # 401/403/404/500/unknown: client-go ends ListAndWatch and relists after backoff. A 404
-        # can mean the CRD was recreated, which only a relist repairs.
-        level = logging.ERROR if info.code in (401, 403, 404) else logging.WARNING
-        effects += [
-            Log(level, f"watch failed ({what}); relisting after a delay"),
-            Relisting(f"watch failed ({info.code})"),
-        ]
+        message = f"streaming list failed ({what}); falling back to LIST"
+        effects.append(self._throttled_log(info, logging.WARNING, message))
         return self._later(
             now,
             effects,
             _Resume.FULL_SYNC,
-            Transition.RELIST_LATER,
-            f"watch failed ({info.code})",
+            Transition.STREAM_RETRY_LATER,
+            "streaming list failed",
             retry_after=info.retry_after,
+            too_large=info.too_large,
         )
+
+    def _watching_failed(
+        self, now: float, info: StatusInfo, what: str, effects: list[Effect]
+    ) -> list[Effect]:
+        """A plain watch failed: back off, then re-watch or relist (:func:`_plan_watch_failure`
+        says which, one case per row of the table in the module docs)."""
+        plan = _plan_watch_failure(info, what)
+        if plan.too_large:
+            # The server lags our RV; what we hold is fine but the RV cannot be resumed from.
+            self._rv_unavailable = True
+        effects += [self._throttled_log(info, plan.level, plan.message), plan.hook]
+        return self._later(
+            now,
+            effects,
+            plan.resume,
+            plan.transition,
+            plan.reason,
+            retry_after=info.retry_after,
+            too_large=plan.too_large,
+        )
+
+    def _throttled_log(self, info: StatusInfo, level: int, message: str) -> Log:
+        """The :class:`Log` of a failed request, quiet while 429s are fresh.
+
+        A 429 is counted; the first :data:`QUIET_THROTTLES` in a row (without a LIST page or a
+        watch's 200 in between) log at DEBUG: a fresh API server answers 429 "storage is
+        (re)initializing" for a moment, and flow control sheds bursts. From the next one on,
+        the throttling persists and logs at ``level``, with the count.
+        """
+        if info.code != 429:
+            return Log(level, message)
+        self._throttled += 1
+        if self._throttled <= QUIET_THROTTLES:
+            return Log(logging.DEBUG, message)
+        return Log(level, f"{message} ({self._throttled} answers 429 in a row)")
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -1170,6 +1220,7 @@ class ReflectorMachine:
         return effects
 
     def _note_healthy(self, now: float) -> None:
+        self._throttled = 0
         if self._healthy_since is None:
             self._healthy_since = now
 

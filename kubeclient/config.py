@@ -166,11 +166,18 @@ async def load_kubeconfig(
     (:mod:`kubeclient.kubeconfig_reader`); anything else (exec plugins, auth providers, ...)
     through kubernetes-asyncio, which is imported only then (it costs ~65 MiB of RSS).
     """
+    # Where the path came from, for the error: a library program has no --kubeconfig flag to
+    # suggest (a command line that has one adds the hint itself).
+    origin = "the path given"
     if path is None:
         env = os.environ.get("KUBECONFIG", "")
-        path = env.split(os.pathsep)[0] if env else str(Path.home() / ".kube" / "config")
+        if env:
+            path, origin = env.split(os.pathsep)[0], "from $KUBECONFIG"
+        else:
+            path, origin = str(Path.home() / ".kube" / "config"), "the default"
     if not Path(path).is_file():  # noqa: ASYNC240 (once, at start-up)
-        raise ConfigError(f"no kubeconfig at {path}; set KUBECONFIG or pass --kubeconfig")
+        fix = "correct $KUBECONFIG or unset it" if origin == "from $KUBECONFIG" else "check it"
+        raise ConfigError(f"no kubeconfig at {path} ({origin}): no such file; {fix}")
     from kubeclient.kubeconfig_reader import read_simple_kubeconfig  # noqa: PLC0415
 
     simple = read_simple_kubeconfig(Path(path), context)
@@ -236,6 +243,6 @@ async def load_config(
     if default.is_file():
         return await load_kubeconfig(default, context)
     raise ConfigError(
-        "no cluster configuration: pass --kubeconfig, set KUBECONFIG, run in a Pod, or "
-        "create ~/.kube/config"
+        "no cluster configuration: no $KUBECONFIG, not in a Pod, and no ~/.kube/config; set "
+        "KUBECONFIG, pass a kubeconfig path, or create ~/.kube/config"
     )

@@ -157,11 +157,14 @@ class Transport:
         content_type: str = "application/json",
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
+        max_retries: int | None = None,
     ) -> Response:
         """Send a request; return the answer or raise the typed :class:`ApiError`.
 
-        ``body`` may be bytes (sent as is) or anything orjson encodes.
+        ``body`` may be bytes (sent as is) or anything orjson encodes. ``max_retries``
+        overrides the transport's for this request (0: the caller retries itself).
         """
+        retries = self.max_retries if max_retries is None else max_retries
         session, _ = self._sessions()
         data = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
         refreshed = False
@@ -195,7 +198,7 @@ class Transport:
                 ):
                     raise  # "Session is closed" (used after close()) or a bug: not the network
                 self._observe(method, 0, started, path, params)
-                if method in READ_METHODS and attempt < self.max_retries:
+                if method in READ_METHODS and attempt < retries:
                     attempt += 1
                     log.debug(
                         "retrying %s %s after a transport error: %s: %s",
@@ -222,7 +225,7 @@ class Transport:
                     continue
             retry_after = parse_retry_after(answer_headers.get("Retry-After"))
             retriable = status == 429 or (status >= 500 and method in READ_METHODS)
-            if retry_after is not None and retriable and attempt < self.max_retries:
+            if retry_after is not None and retriable and attempt < retries:
                 attempt += 1
                 delay = retry_after * (1.0 + random.random())
                 log.debug("%s %s answered %d; retrying in %.1fs", method, path, status, delay)
@@ -236,8 +239,14 @@ class Transport:
                 path=path,
             )
 
-    async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
-        return (await self.request("GET", path, params=params)).json()
+    async def get_json(
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        max_retries: int | None = None,
+    ) -> Any:
+        return (await self.request("GET", path, params=params, max_retries=max_retries)).json()
 
     @contextlib.asynccontextmanager
     async def stream(

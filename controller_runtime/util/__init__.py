@@ -1,7 +1,10 @@
 """Helpers for reconcilers: create-or-update, owner references, finalizers, conditions and
 events (controller-runtime's ``controllerutil``, ``meta`` conditions and event recorder).
 
-See ``docs/helpers.md`` for an example of each.
+See ``docs/helpers.md`` for an example of each. Everything listed in ``__all__`` is also
+importable from ``controller_runtime`` itself; the patch bodies some helpers send
+(``merge_patch``, ``add_finalizer_patch``, ``remove_finalizer_patch``) are in
+:mod:`controller_runtime.patches`.
 """
 
 from controller_runtime.util.conditions import (
@@ -21,20 +24,17 @@ from controller_runtime.util.finalizers import (
     FinalizeAction,
     FinalizeOutcome,
     add_finalizer,
-    add_finalizer_patch,
     contains_finalizer,
     ensure_finalizer,
     handle_finalization,
     is_being_deleted,
     release_finalizer,
     remove_finalizer,
-    remove_finalizer_patch,
 )
 from controller_runtime.util.mutate import (
     OperationResult,
     create_or_patch,
     create_or_update,
-    merge_patch,
 )
 from controller_runtime.util.ownership import (
     AlreadyOwnedError,
@@ -64,7 +64,6 @@ __all__ = [
     "OperationResult",
     "OwnerReferenceError",
     "add_finalizer",
-    "add_finalizer_patch",
     "contains_finalizer",
     "create_or_patch",
     "create_or_update",
@@ -77,11 +76,9 @@ __all__ = [
     "is_being_deleted",
     "is_controlled_by",
     "is_true",
-    "merge_patch",
     "release_finalizer",
     "remove_condition",
     "remove_finalizer",
-    "remove_finalizer_patch",
     "remove_owner_reference",
     "set_condition",
     "set_conditions",

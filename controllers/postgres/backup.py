@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from controller_runtime import (
     AlreadyExistsError,
@@ -51,21 +51,22 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
     ForbiddenError,
     NotFoundError,
-    PropagationPolicy,
     Request,
     Result,
     format_time,
     handle_finalization,
+    ignore_not_found,
     is_controlled_by,
     reconcile_logger,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
+from controller_runtime.client import PropagationPolicy
 from controllers.postgres import jobs
 from controllers.postgres.api import (
     API_VERSION,
@@ -73,17 +74,17 @@ from controllers.postgres.api import (
     BACKUP_FINALIZER,
     INSTANCE,
     POLICY,
-    POLICY_NAME,
     ref_name,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     set_conditions,
     status_copy,
+    version_policy,
     write_status,
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.policy import image_for, parse_version
+from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -109,11 +110,17 @@ async def tools_image(client: Client, backup: Obj, instance: Obj) -> str:
         version = parse_version(str(version_text).split(".")[0])
     except ValueError:
         version = parse_version("16")
-    try:
-        policy: Obj | None = await client.get(API_VERSION, POLICY, name=POLICY_NAME)
-    except NotFoundError:
-        policy = None
-    return image_for(policy, version)
+    return image_for(await version_policy(client), version)
+
+
+class _JobOutcome(NamedTuple):
+    """Where the Backup's Job stands: the Job (``None`` once it disappeared) and the phase,
+    condition reason and message to report."""
+
+    job: Obj | None
+    phase: str
+    reason: str
+    message: str
 
 
 class BackupReconciler:
@@ -124,10 +131,9 @@ class BackupReconciler:
         self.recorder = recorder
         self.instance_poll = 10.0
 
-    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0911,PLR0912
-        try:
-            backup = await self.client.get(API_VERSION, BACKUP, request)
-        except NotFoundError:
+    async def reconcile(self, request: Request) -> Result | None:
+        backup = await ignore_not_found(self.client.get(API_VERSION, BACKUP, request))
+        if backup is None:
             return None
         outcome = await handle_finalization(
             self.client, backup, BACKUP_FINALIZER, self._delete_object
@@ -138,19 +144,27 @@ class BackupReconciler:
         status = status_copy(backup)
         if status.get("phase") in TERMINAL:
             return None  # one-shot: never run again
-        meta = backup["metadata"]
-        generation = meta.get("generation")
-        status["observedGeneration"] = generation
+        status["observedGeneration"] = backup["metadata"].get("generation")
         status["location"] = jobs.location(backup)
+        found = await self._job_outcome(backup, status)
+        if not isinstance(found, _JobOutcome):
+            return found  # a requeue, or None: the instance is missing (recorded)
+        if found.phase not in TERMINAL and found.job is not None:
+            found = await self._unless_instance_gone(backup, found)
+        return await self._report(backup, status, found)
+
+    async def _job_outcome(self, backup: Obj, status: Obj) -> _JobOutcome | Result | None:
+        """The Backup's Job, created when it is time, and where it stands; or what the
+        reconcile returns at once: a requeue while a Job of that name is another object's or
+        the cache is behind, ``None`` when the instance does not exist (recorded in the
+        status)."""
+        meta = backup["metadata"]
         name = jobs.job_name(meta["name"])
-        try:
-            job: Obj | None = await self.client.get(
-                "batch/v1", "Job", name=name, namespace=meta["namespace"]
-            )
-        except NotFoundError:
-            # The cache is complete (synced at start, and holding our own creates before we
-            # run again): a Job we created and cannot see was deleted.
-            job = None
+        # The cache is complete (synced at start, and holding our own creates before we run
+        # again): a Job we created and cannot see was deleted.
+        job = await ignore_not_found(
+            self.client.get("batch/v1", "Job", name=name, namespace=meta["namespace"])
+        )
         if job is not None and not is_controlled_by(job, backup):
             # A predecessor's: a deleted Backup of the same name whose Job is not collected
             # yet (or not yet gone from the cache). Never take its outcome; its deletion
@@ -158,8 +172,9 @@ class BackupReconciler:
             reconcile_logger(__name__).info("Job %s is not this Backup's; waiting for it", name)
             return Result(requeue_after=PREDECESSOR_RECHECK)
         if job is None and status.get("jobName"):
-            phase, message = "Failed", f"the Job {name} disappeared before it finished"
-        elif job is None:
+            message = f"the Job {name} disappeared before it finished"
+            return _JobOutcome(None, "Failed", "Failed", message)
+        if job is None:
             if await self._cached_copy_behind(backup):
                 return Result(requeue_after=CACHE_RECHECK)
             instance = await self._instance(backup, status)
@@ -170,18 +185,25 @@ class BackupReconciler:
                 # Ours, from an attempt whose answer was lost, or a predecessor's not in the
                 # cache yet: record nothing until the cache shows whose it is.
                 return Result(requeue_after=PREDECESSOR_RECHECK)
-            status["jobName"] = name
-            phase, message = _outcome(job, meta["namespace"])
-        else:
-            status["jobName"] = name
-            phase, message = _outcome(job, meta["namespace"])
-        reason = phase
-        if phase not in TERMINAL and job is not None:
-            gone = await self._instance_gone(backup)
-            if gone:
-                phase, reason, message = "Failed", "InstanceDeleted", gone
-                await self._delete_quietly(job, "Background")
-        job_status = (job or {}).get("status") or {}
+        status["jobName"] = name
+        phase, message = _outcome(job, meta["namespace"])
+        return _JobOutcome(job, phase, phase, message)
+
+    async def _unless_instance_gone(self, backup: Obj, found: _JobOutcome) -> _JobOutcome:
+        """``found``, or a failure (the Job deleted) if the instance is gone or going: the
+        Job's Pod could otherwise wait forever for the instance's Secret."""
+        gone = await self._instance_gone(backup)
+        if not gone:
+            return found
+        assert found.job is not None
+        await self._delete_quietly(found.job, "Background")
+        return found._replace(phase="Failed", reason="InstanceDeleted", message=gone)
+
+    async def _report(self, backup: Obj, status: Obj, found: _JobOutcome) -> Result | None:
+        """Write the status (and at the end, the event) for ``found``; come back every
+        ``instance_poll`` seconds until the Backup is finished."""
+        phase, reason, message = found.phase, found.reason, found.message
+        job_status = (found.job or {}).get("status") or {}
         status["phase"] = phase
         if job_status.get("startTime"):
             status["startTime"] = job_status["startTime"]
@@ -198,7 +220,7 @@ class BackupReconciler:
             )
         set_conditions(
             status,
-            generation,
+            backup["metadata"].get("generation"),
             Condition("Complete", phase == "Succeeded", reason, message),
             Condition("Failed", phase == "Failed", reason, message if phase == "Failed" else ""),
         )
@@ -209,11 +231,10 @@ class BackupReconciler:
         """The Backup's instance; ``None`` after recording ``InstanceNotFound``."""
         meta = backup["metadata"]
         name = ref_name(backup, "instanceRef") or ""
-        try:
-            instance: Obj = await self.client.get(
-                API_VERSION, INSTANCE, name=name, namespace=meta["namespace"]
-            )
-        except NotFoundError:
+        instance = await ignore_not_found(
+            self.client.get(API_VERSION, INSTANCE, name=name, namespace=meta["namespace"])
+        )
+        if instance is None:
             status["phase"] = "Pending"
             message = f"PostgresInstance {name!r} does not exist"
             set_conditions(
@@ -222,7 +243,6 @@ class BackupReconciler:
                 Condition("Complete", False, "InstanceNotFound", message),
             )
             await write_status(self.client, backup, status)
-            return None
         return instance
 
     async def _cached_copy_behind(self, backup: Obj) -> bool:
@@ -230,13 +250,11 @@ class BackupReconciler:
         write the cache has not seen yet, such as the status naming a Job already created,
         or a deletion. Also true when the Backup is gone."""
         meta = backup["metadata"]
-        try:
-            live: Obj = await self.client.live.get(
-                API_VERSION, BACKUP, name=meta["name"], namespace=meta["namespace"]
-            )
-        except NotFoundError:
-            return True
-        return bool(live["metadata"].get("resourceVersion") != meta.get("resourceVersion"))
+        name, namespace, seen = meta["name"], meta["namespace"], meta.get("resourceVersion")
+        live = await ignore_not_found(
+            self.client.live.get(API_VERSION, BACKUP, name=name, namespace=namespace)
+        )
+        return live is None or live["metadata"].get("resourceVersion") != seen
 
     async def _create_job(self, backup: Obj, instance: Obj, name: str) -> Obj | None:
         """Create the backup Job; ``None`` when it exists already (an attempt whose answer
@@ -255,11 +273,12 @@ class BackupReconciler:
     async def _instance_gone(self, backup: Obj) -> str:
         """Why the Backup's instance is no longer there ('' while it is)."""
         name = ref_name(backup, "instanceRef") or ""
-        try:
-            instance = await self.client.get(
+        instance = await ignore_not_found(
+            self.client.get(
                 API_VERSION, INSTANCE, name=name, namespace=backup["metadata"]["namespace"]
             )
-        except NotFoundError:
+        )
+        if instance is None:
             return f"PostgresInstance {name!r} was deleted while the backup ran"
         if instance["metadata"].get("deletionTimestamp"):
             return f"PostgresInstance {name!r} is being deleted while the backup ran"
@@ -270,11 +289,9 @@ class BackupReconciler:
             await self.client.delete(obj, propagation_policy=propagation)
 
     async def _get_job(self, namespace: str, name: str) -> Obj | None:
-        try:
-            job: Obj = await self.client.live.get("batch/v1", "Job", name=name, namespace=namespace)
-        except NotFoundError:
-            return None
-        return job
+        return await ignore_not_found(
+            self.client.live.get("batch/v1", "Job", name=name, namespace=namespace)
+        )
 
     async def _delete_object(self, backup: Obj) -> CleanupPending | None:  # noqa: PLR0911
         """The finalizer's cleanup (idempotent): stop the backup Job, run the deletion Job,
@@ -366,15 +383,15 @@ async def setup_backup_controller(
     recorder: EventRecorder | None = None,
 ) -> Controller:
     """Build the Backup controller on ``host``: watches Backups and their Jobs."""
-    recorder = controller_recorder(host, client, "backup-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/backup-controller", recorder)
     return await (
         ControllerBuilder(host)
         .named("backup")
         .for_(API_VERSION, BACKUP, predicates=[SpecOrDeletionChanged()])
         .owns("batch/v1", "Job")
         .watches("batch/v1", "Job", EnqueueRequestsFromMapFunc(_deletion_job_owner))
-        # Cached for tools_image (no reconcile: a policy change does not redo a backup).
-        .watches(API_VERSION, POLICY, EnqueueRequestsFromMapFunc(lambda _: ()))
+        # Read by tools_image; a policy change does not redo a backup.
+        .caches(API_VERSION, POLICY)
         .with_options(options)
         .complete(BackupReconciler(client, recorder))
     )

@@ -40,21 +40,21 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
-    NotFoundError,
     Request,
     Result,
     TerminalError,
     get_condition,
     handle_finalization,
+    ignore_not_found,
     is_being_deleted,
     is_controlled_by,
     reconcile_logger,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
 from controllers.postgres.api import (
     API_VERSION,
     BINDING,
@@ -70,7 +70,6 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     decode_secret,
     encode_data,
     instance_referrers,
@@ -80,6 +79,7 @@ from controllers.postgres.common import (
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.scram import generate_password
+from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "service-binding"
@@ -141,9 +141,8 @@ class BindingReconciler:
         self.recorder = recorder
 
     async def reconcile(self, request: Request) -> Result | None:
-        try:
-            binding = await self.client.get(API_VERSION, BINDING, request)
-        except NotFoundError:
+        binding = await ignore_not_found(self.client.get(API_VERSION, BINDING, request))
+        if binding is None:
             return None
         outcome = await handle_finalization(self.client, binding, BINDING_FINALIZER, self._cleanup)
         if outcome.deleting or outcome.obj is None:
@@ -164,11 +163,10 @@ class BindingReconciler:
             await not_ready("InvalidSpec", str(err))
             return None  # only a spec change can fix it
         instance_name = ref_name(binding, "instanceRef") or ""
-        try:
-            instance = await self.client.get(
-                API_VERSION, INSTANCE, name=instance_name, namespace=meta["namespace"]
-            )
-        except NotFoundError:
+        instance = await ignore_not_found(
+            self.client.get(API_VERSION, INSTANCE, name=instance_name, namespace=meta["namespace"])
+        )
+        if instance is None:
             message = f"PostgresInstance {instance_name!r} does not exist"
             await not_ready("InstanceNotFound", message)
             self.recorder.record(binding, "Warning", "InstanceNotFound", message, "Bind")
@@ -226,12 +224,9 @@ class BindingReconciler:
         meta = binding["metadata"]
         name = secret_name(binding)
         log = reconcile_logger(__name__)
-        try:
-            existing: Obj | None = await self.client.live.get(
-                "v1", "Secret", name=name, namespace=meta["namespace"]
-            )
-        except NotFoundError:
-            existing = None
+        existing = await ignore_not_found(
+            self.client.live.get("v1", "Secret", name=name, namespace=meta["namespace"])
+        )
         if existing is not None and not is_controlled_by(existing, binding):
             raise SecretNotOwnedError(
                 f"Secret {name} exists and is not controlled by this binding: delete it, or set "
@@ -280,22 +275,17 @@ class BindingReconciler:
             (API_VERSION, USER, meta["name"]),
             ("v1", "Secret", secret_name(binding)),
         ):
-            try:
-                obj = await self.client.live.get(
-                    api_version, kind, name=name, namespace=meta["namespace"]
-                )
-            except NotFoundError:
-                continue
-            if not is_controlled_by(obj, binding):
+            obj = await ignore_not_found(
+                self.client.live.get(api_version, kind, name=name, namespace=meta["namespace"])
+            )
+            if obj is None or not is_controlled_by(obj, binding):
                 continue
             if kind == USER and is_being_deleted(obj):
                 return CleanupPending(f"PostgresUser {name} is still dropping its role")
-            try:
-                remaining = await self.client.delete(
-                    obj, preconditions={"uid": obj["metadata"]["uid"]}
-                )
-            except NotFoundError:
-                continue
+            # None: gone now, or already (a NotFoundError).
+            remaining = await ignore_not_found(
+                self.client.delete(obj, preconditions={"uid": obj["metadata"]["uid"]})
+            )
             if kind == USER and remaining is not None:
                 return CleanupPending(f"PostgresUser {name} is dropping its role")
         self.recorder.record(
@@ -314,7 +304,7 @@ async def setup_binding_controller(
     """Build the ServiceBinding controller on ``host``: watches bindings (spec changes and
     deletions), the PostgresUsers they own, and instances (a new endpoint or readiness
     reconciles their bindings)."""
-    recorder = controller_recorder(host, client, "binding-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/binding-controller", recorder)
     cache = client.cache
 
     def instance_bindings(instance: Mapping[str, Any]) -> list[Request]:

@@ -1,5 +1,5 @@
-"""Small pieces every PostgreSQL controller uses: writing status only when it changed, the
-event recorder's lifecycle, and reading Secrets."""
+"""Small pieces every PostgreSQL controller uses: writing status only when it changed,
+reading Secrets and the version policy."""
 
 from __future__ import annotations
 
@@ -9,17 +9,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from controller_runtime import (
-    Cache,
-    Client,
-    Condition,
-    EventRecorder,
-    merge_patch,
-    status_conditions,
-)
+from controller_runtime import Client, Condition, ignore_not_found, status_conditions
 from controller_runtime import set_conditions as set_all
-from controllers import recording
-from controllers.postgres.api import ref_name
+from controller_runtime.cache import Cache
+from controller_runtime.patches import merge_patch
+from controllers.postgres.api import API_VERSION, POLICY, POLICY_NAME, ref_name
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +62,10 @@ def redact(text: str, *secrets: str | None) -> str:
     return text
 
 
-def controller_recorder(
-    host: object, client: Client, controller: str, recorder: EventRecorder | None
-) -> EventRecorder:
-    """``recorder``, or a new one reporting as ``postgres.crpy.io/<controller>`` that is
-    closed when ``host`` (a manager, if it has ``add``) stops."""
-    return recording.controller_recorder(host, client, f"postgres.crpy.io/{controller}", recorder)
+async def version_policy(client: Client) -> Obj | None:
+    """The cached version policy (the cluster-scoped ``default`` one), ``None`` when there is
+    none: see :mod:`controllers.postgres.policy`."""
+    return await ignore_not_found(client.get(API_VERSION, POLICY, name=POLICY_NAME))
 
 
 def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj) -> list[Obj]:
@@ -84,20 +76,4 @@ def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj)
         obj
         for obj in cache.list(api_version, kind, namespace=meta["namespace"])
         if ref_name(obj, "instanceRef") == meta["name"]
-    ]
-
-
-def list_everywhere(cache: Cache, api_version: str, kind: str) -> list[Obj]:
-    """Every cached object of ``kind``, whether the cache watches all namespaces or a few
-    (``Cache.list`` without a namespace refuses the latter). For map functions."""
-    entry = cache.watched(api_version, kind)
-    if entry is None:
-        return []
-    if entry.covers(None):
-        return cache.list(api_version, kind)
-    return [
-        obj
-        for namespace in entry.informers
-        if namespace is not None
-        for obj in cache.list(api_version, kind, namespace=namespace)
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_runtime import Client, NotFoundError, Predicate, StoreDelta
+from controller_runtime import Client, Predicate, StoreDelta, ignore_not_found
 from controllers.postgres.common import decode_secret
 from controllers.postgres.render import SUPERUSER, Names, endpoint
 from controllers.postgres.sql import ConnInfo
@@ -21,10 +21,8 @@ class ConfigurationError(ValueError):
 
 async def read_secret(client: Client, name: str, namespace: str) -> dict[str, str] | None:
     """The decoded data of Secret ``namespace/name`` (live read), or ``None`` if absent."""
-    try:
-        return decode_secret(await client.live.get("v1", "Secret", name=name, namespace=namespace))
-    except NotFoundError:
-        return None
+    secret = await ignore_not_found(client.live.get("v1", "Secret", name=name, namespace=namespace))
+    return decode_secret(secret) if secret is not None else None
 
 
 async def admin_conninfo(client: Client, instance: dict[str, Any]) -> ConnInfo:

@@ -43,14 +43,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from controller_runtime import (
-    DELETED,
     AlreadyExistsError,
     CleanupPending,
     Client,
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
@@ -59,9 +57,13 @@ from controller_runtime import (
     Result,
     StoreDelta,
     handle_finalization,
+    ignore_not_found,
     reconcile_logger,
+    request_for,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
+from controller_runtime.cache import DELETED
 from controllers.postgres import jobs, render, sql
 from controllers.postgres.api import (
     ANNOTATION_VERSION,
@@ -72,17 +74,15 @@ from controllers.postgres.api import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     POLICY,
-    POLICY_NAME,
     USER,
     ref_name,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     encode_data,
     instance_referrers,
-    list_everywhere,
     set_conditions,
     status_copy,
+    version_policy,
     write_status,
 )
 from controllers.postgres.connection import (
@@ -100,6 +100,7 @@ from controllers.postgres.policy import (
     server_version,
 )
 from controllers.postgres.scram import generate_password
+from controllers.recording import controller_recorder
 
 log = logging.getLogger(__name__)
 
@@ -247,9 +248,8 @@ class InstanceReconciler:
         watched: a Pod stuck pulling its image does not change the StatefulSet)."""
 
     async def reconcile(self, request: Request) -> Result | None:
-        try:
-            instance = await self.client.get(API_VERSION, INSTANCE, request)
-        except NotFoundError:
+        instance = await ignore_not_found(self.client.get(API_VERSION, INSTANCE, request))
+        if instance is None:
             return None
         outcome = await handle_finalization(
             self.client, instance, INSTANCE_FINALIZER, self._cleanup
@@ -257,16 +257,10 @@ class InstanceReconciler:
         if outcome.deleting or outcome.obj is None:
             return outcome.result
         instance = outcome.obj
-        policy = await self._policy()
+        policy = await version_policy(self.client)
         if (instance.get("spec") or {}).get("external"):
             return await self._external(instance, policy)
         return await self._in_cluster(instance, policy)
-
-    async def _policy(self) -> Obj | None:
-        try:
-            return await self.client.get(API_VERSION, POLICY, name=POLICY_NAME)
-        except NotFoundError:
-            return None
 
     # -- deletion -------------------------------------------------------------------------
 
@@ -357,8 +351,8 @@ class InstanceReconciler:
     # conditions) → apply (the objects, then the status). Each step is a method below.
 
     async def _in_cluster(self, instance: Obj, policy: Obj | None) -> Result | None:
-        meta, spec = instance["metadata"], instance.get("spec") or {}
-        generation = meta.get("generation")
+        spec = instance.get("spec") or {}
+        generation = instance["metadata"].get("generation")
         status = status_copy(instance)
         status["endpoint"] = render.endpoint(instance)
         status["observedGeneration"] = generation
@@ -376,15 +370,7 @@ class InstanceReconciler:
             problems.append(Condition("Degraded", True, verdict.reason, verdict.message))
             self._refused(instance, verdict)
         if verdict.version is None or verdict.image is None:
-            set_conditions(
-                status,
-                generation,
-                accepted,
-                Condition("Ready", False, verdict.reason, verdict.message),
-                Condition("Progressing", False, verdict.reason, "nothing is rendered"),
-                Condition("Degraded", True, verdict.reason, verdict.message),
-            )
-            await write_status(self.client, instance, status)
+            await self._render_nothing(instance, status, accepted, verdict)
             return None
         claims, storage_problem = kept_claim_templates(instance, sts)
         if storage_problem is not None:
@@ -392,24 +378,44 @@ class InstanceReconciler:
         try:
             children = rendered_children(instance, verdict, claims)
         except render.RenderError as err:
-            set_conditions(
-                status,
-                generation,
-                accepted,
-                Condition("Degraded", True, "InvalidSpec", str(err)),
-                Condition("Progressing", False, "InvalidSpec", "fix the spec"),
-            )
+            reason, message = "InvalidSpec", str(err)
+            degraded = Condition("Degraded", True, reason, message)
+            progressing = Condition("Progressing", False, reason, "fix the spec")
+            set_conditions(status, generation, accepted, degraded, progressing)
             await write_status(self.client, instance, status)
             return None
         applied = await self._apply_children(instance, children)
         if running is not None and running != verdict.version:
-            self.recorder.record(
-                instance,
-                "Normal",
-                "Upgrading",
-                f"rolling from PostgreSQL {running} to {verdict.version}",
-                "Upgrade",
-            )
+            message = f"rolling from PostgreSQL {running} to {verdict.version}"
+            self.recorder.record(instance, "Normal", "Upgrading", message, "Upgrade")
+        return await self._report_rollout(instance, status, accepted, verdict, applied, problems)
+
+    async def _render_nothing(
+        self, instance: Obj, status: Obj, accepted: Condition, verdict: Verdict
+    ) -> None:
+        """No version can run (none accepted, none running): render nothing, say why."""
+        set_conditions(
+            status,
+            instance["metadata"].get("generation"),
+            accepted,
+            Condition("Ready", False, verdict.reason, verdict.message),
+            Condition("Progressing", False, verdict.reason, "nothing is rendered"),
+            Condition("Degraded", True, verdict.reason, verdict.message),
+        )
+        await write_status(self.client, instance, status)
+
+    async def _report_rollout(  # noqa: PLR0917 (the steps' results, passed on)
+        self,
+        instance: Obj,
+        status: Obj,
+        accepted: Condition,
+        verdict: Verdict,
+        applied: Obj,
+        problems: list[Condition],
+    ) -> Result | None:
+        """The rollout's progress (Pods that cannot pull their image, the restore of
+        ``spec.restore``) into the status; come back while there is something to wait for."""
+        spec = instance.get("spec") or {}
         progress = rollout_progress(applied, int(spec.get("replicas", 1)))
         status["readyReplicas"] = progress.ready_replicas
         if progress.ready:
@@ -419,21 +425,38 @@ class InstanceReconciler:
             progress = await self._check_images(instance, progress, problems)
         wait_for_backup = False
         if spec.get("restore") and progress.ready:
-            restored, restore_message = await self._restore(instance, status, verdict)
-            if not restored:
-                progress = progress.restoring(restore_message)
-                if status["restore"].get("phase") == "Failed":
-                    problems.append(Condition("Degraded", True, "RestoreFailed", restore_message))
-                elif not status["restore"].get("jobName"):
-                    # Waiting for the Backup, whose changes we do not watch: look again.
-                    wait_for_backup = True
+            progress, wait_for_backup = await self._restore_progress(
+                instance, status, verdict, progress, problems
+            )
         set_conditions(
-            status, generation, accepted, *progress.conditions(), degraded_condition(problems)
+            status,
+            instance["metadata"].get("generation"),
+            accepted,
+            *progress.conditions(),
+            degraded_condition(problems),
         )
         await write_status(self.client, instance, status)
         if wait_for_backup:
             return Result(requeue_after=self.backup_poll)
         return Result(requeue_after=self.pod_poll) if wait_for_pods else None
+
+    async def _restore_progress(
+        self,
+        instance: Obj,
+        status: Obj,
+        verdict: Verdict,
+        progress: RolloutProgress,
+        problems: list[Condition],
+    ) -> tuple[RolloutProgress, bool]:
+        """The rollout as the restore leaves it, and whether to look again for the Backup
+        (whose changes are not watched) while waiting for it."""
+        restored, message = await self._restore(instance, status, verdict)
+        if restored:
+            return progress, False
+        if status["restore"].get("phase") == "Failed":
+            problems.append(Condition("Degraded", True, "RestoreFailed", message))
+            return progress.restoring(message), False
+        return progress.restoring(message), not status["restore"].get("jobName")
 
     async def _check_images(
         self, instance: Obj, progress: RolloutProgress, problems: list[Condition]
@@ -458,15 +481,10 @@ class InstanceReconciler:
 
     async def _observe_statefulset(self, instance: Obj) -> Obj | None:
         meta = instance["metadata"]
-        try:
-            return await self.client.get(
-                "apps/v1",
-                "StatefulSet",
-                name=render.Names(meta["name"]).statefulset,
-                namespace=meta["namespace"],
-            )
-        except NotFoundError:
-            return None
+        name = render.Names(meta["name"]).statefulset
+        return await ignore_not_found(
+            self.client.get("apps/v1", "StatefulSet", name=name, namespace=meta["namespace"])
+        )
 
     async def _apply_children(self, instance: Obj, children: list[Obj]) -> Obj:
         """Apply the rendered objects (the StatefulSet last) and the superuser Secret and
@@ -488,11 +506,10 @@ class InstanceReconciler:
         if restore.get("phase") == "Succeeded":
             return True, "restored"
         backup_name = str(instance["spec"]["restore"]["backupName"])
-        try:
-            backup = await self.client.live.get(
-                API_VERSION, BACKUP, name=backup_name, namespace=meta["namespace"]
-            )
-        except NotFoundError:
+        backup = await ignore_not_found(
+            self.client.live.get(API_VERSION, BACKUP, name=backup_name, namespace=meta["namespace"])
+        )
+        if backup is None:
             restore["phase"] = "Pending"
             return False, f"waiting for Backup {backup_name!r} to exist"
         if (backup.get("spec") or {}).get("method") == "pg_basebackup":
@@ -502,12 +519,9 @@ class InstanceReconciler:
             restore["phase"] = "Pending"
             return False, f"waiting for Backup {backup_name!r} to succeed"
         name = jobs.job_name(meta["name"], "restore")
-        try:
-            job: Obj | None = await self.client.get(
-                "batch/v1", "Job", name=name, namespace=meta["namespace"]
-            )
-        except NotFoundError:
-            job = None
+        job = await ignore_not_found(
+            self.client.get("batch/v1", "Job", name=name, namespace=meta["namespace"])
+        )
         if job is None:
             assert verdict.image is not None
             rendered = jobs.restore_job(instance, backup, verdict.image)
@@ -561,11 +575,12 @@ class InstanceReconciler:
             await self.client.apply(pdb, field_manager=FIELD_MANAGER, force=True)
             return
         name = render.Names(meta["name"]).pdb
-        try:
-            existing = await self.client.get(
+        existing = await ignore_not_found(
+            self.client.get(
                 "policy/v1", "PodDisruptionBudget", name=name, namespace=meta["namespace"]
             )
-        except NotFoundError:
+        )
+        if existing is None:
             return
         with contextlib.suppress(NotFoundError):
             await self.client.delete(existing, preconditions={"uid": existing["metadata"]["uid"]})
@@ -612,15 +627,12 @@ async def setup_instance_controller(
     ``add``: it also gets the recorder's closer). Watches instances (spec changes and
     deletions), the objects it renders, the version policy (any change reconciles every
     instance) and PostgresUser deletions (to finish an instance's deletion)."""
-    recorder = controller_recorder(host, client, "instance-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/instance-controller", recorder)
     reconciler = InstanceReconciler(client, recorder, recheck_after=recheck_after)
     cache = client.cache
 
     def every_instance(_: Mapping[str, Any]) -> list[Request]:
-        return [
-            Request(i["metadata"]["namespace"], i["metadata"]["name"])
-            for i in list_everywhere(cache, API_VERSION, INSTANCE)
-        ]
+        return [request_for(i) for i in cache.list(API_VERSION, INSTANCE)]
 
     def user_instance(user: Mapping[str, Any]) -> list[Request]:
         name = ref_name(user, "instanceRef")

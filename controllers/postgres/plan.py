@@ -37,17 +37,18 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EventRecorder,
     NotFoundError,
     Request,
     Result,
     format_time,
+    ignore_not_found,
     is_controlled_by,
     reconcile_logger,
     set_controller_reference,
 )
+from controller_runtime.builder import ControllerHost
 from controllers.postgres.api import (
     ANNOTATION_SCHEDULED_AT,
     API_VERSION,
@@ -58,13 +59,13 @@ from controllers.postgres.api import (
     MANAGED_BY,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     set_conditions,
     status_copy,
     write_status,
 )
 from controllers.postgres.connection import SpecOrDeletionChanged
 from controllers.postgres.cron import CronError, Schedule
+from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 Clock = Callable[[], datetime]
@@ -140,12 +141,9 @@ class PlanReconciler:
         self.clock = clock
 
     # The scheduling steps (validate, list, prune, decide the run, create, status) read in order.
-    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0912,PLR0915
-        try:
-            plan = await self.client.get(API_VERSION, BACKUP_PLAN, request)
-        except NotFoundError:
-            return None
-        if plan["metadata"].get("deletionTimestamp"):
+    async def reconcile(self, request: Request) -> Result | None:  # noqa: PLR0915
+        plan = await ignore_not_found(self.client.get(API_VERSION, BACKUP_PLAN, request))
+        if plan is None or plan["metadata"].get("deletionTimestamp"):
             return None
         now = self.clock()
         meta, spec = plan["metadata"], plan.get("spec") or {}
@@ -297,7 +295,7 @@ async def setup_plan_controller(
 ) -> Controller:
     """Build the BackupPlan controller on ``host``: watches plans (spec changes) and the
     Backups they own (a finished Backup updates ``active`` and may be pruned)."""
-    recorder = controller_recorder(host, client, "backupplan-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/backupplan-controller", recorder)
     return await (
         ControllerBuilder(host)
         .named("backupplan")

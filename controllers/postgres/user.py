@@ -31,7 +31,6 @@ from controller_runtime import (
     Condition,
     Controller,
     ControllerBuilder,
-    ControllerHost,
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
@@ -44,6 +43,7 @@ from controller_runtime import (
     is_true,
     reconcile_logger,
 )
+from controller_runtime.builder import ControllerHost
 from controllers.postgres import sql
 from controllers.postgres.api import (
     API_VERSION,
@@ -55,7 +55,6 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    controller_recorder,
     instance_referrers,
     set_conditions,
     status_copy,
@@ -67,6 +66,7 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
+from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 
@@ -273,7 +273,7 @@ async def setup_user_controller(
 ) -> Controller:
     """Build the PostgresUser controller on ``host``: watches users (spec changes and
     deletions) and instances (a change, e.g. turning Ready, reconciles their users)."""
-    recorder = controller_recorder(host, client, "user-controller", recorder)
+    recorder = controller_recorder(host, "postgres.crpy.io/user-controller", recorder)
     cache = client.cache
 
     def instance_users(instance: Mapping[str, Any]) -> list[Request]:

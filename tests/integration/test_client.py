@@ -74,6 +74,38 @@ def client(transport: Transport, cache: Cache) -> Client:
 # ------------------------------------------------------------------------------ cached reads
 
 
+async def test_a_list_of_every_namespace_spans_the_namespaces_a_restricted_cache_holds(
+    transport: Transport, namespace: str
+) -> None:
+    # Two cached namespaces and one the cache does not hold.
+    others = [f"t-{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    for name in others:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        await transport.request("POST", "/api/v1/namespaces", body=body)
+    cached, outside = [namespace, others[0]], others[1]
+    cache = Cache(InformerFactory(transport), namespaces=cached)
+    try:
+        client = Client(transport, cache)
+        for ns in (*cached, outside):
+            await client.create(configmap("cm", ns))
+        await cache.watch("v1", "ConfigMap")
+        await cache.wait_for_sync(30)
+        # (Only ours: a cluster may publish a CA ConfigMap into every namespace.)
+        everything = [
+            o for o in await client.list("v1", "ConfigMap") if o["metadata"]["name"] == "cm"
+        ]
+        assert sorted(o["metadata"]["namespace"] for o in everything) == sorted(cached)
+        assert [o["metadata"]["name"] for o in cache.list("v1", "ConfigMap", namespace=others[0])]
+        with pytest.raises(NotCachedError, match="outside the cache's scope"):
+            await client.list("v1", "ConfigMap", namespace=outside)
+        with pytest.raises(NotCachedError, match="outside the cache's scope"):
+            await client.get("v1", "ConfigMap", name="cm", namespace=outside)
+    finally:
+        await cache.stop()
+        for name in others:
+            await transport.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
 async def test_cached_reads_of_an_unwatched_kind_fail_with_guidance(
     client: Client, cache: Cache, namespace: str
 ) -> None:

@@ -2,9 +2,9 @@
 
 Each fenced block titled ``title="<file>.py"`` is a complete program. The test loads it as a
 module and runs its ``main()`` (logging, config loading from ``$KUBECONFIG``, the manager,
-signal handling), changing only ``OPTIONS``: metrics and probes off (their fixed default ports
-may be taken on a shared machine) and the cache limited to the test's namespace. It stops the
-program as an operator would, with SIGTERM.
+signal handling), changing only ``OPTIONS``: the cache limited to the test's namespace, and
+metrics and probes off unless the program asks for free ports (fixed ports, the defaults, may
+be taken on a shared machine). It stops the program as an operator would, with SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from controller_runtime import Cache, Client, InformerFactory, NotFoundError, Transport
+from controller_runtime import Client, ManagerOptions, NotFoundError
+from controller_runtime.cache import Cache, InformerFactory
+from controller_runtime.client import Transport
 from controller_runtime.envtest import ControlPlane
 
 pytestmark = pytest.mark.integration
@@ -101,12 +103,18 @@ class Watcher:
                 await self.changed.wait()
 
 
+def free_port_or_off(address: str | None) -> str | None:
+    """The example's address if it asks for a free port (it cannot collide), else off."""
+    return address if address is not None and address.endswith(":0") else None
+
+
 async def run_main(module: types.ModuleType, namespace: str) -> asyncio.Task[None]:
+    options: ManagerOptions = module.OPTIONS
     module.OPTIONS = dataclasses.replace(  # type: ignore[attr-defined]
-        module.OPTIONS,
+        options,
         namespaces=[namespace],
-        metrics_bind_address=None,
-        health_probe_bind_address=None,
+        metrics_bind_address=free_port_or_off(options.metrics_bind_address),
+        health_probe_bind_address=free_port_or_off(options.health_probe_bind_address),
     )
     return asyncio.create_task(module.main())
 
@@ -179,6 +187,14 @@ async def test_the_mirror_controller_mirrors_follows_and_restores(  # noqa: PLR0
         r"reconcile_id=\S+",
         log,
     ), log
+    # Free ports, not make run's 8080/8081, and the log says which were bound.
+    bound = re.search(
+        r"serving metrics at http://127\.0\.0\.1:(\d+)/metrics, probes at "
+        r"http://127\.0\.0\.1:(\d+)/healthz and http://127\.0\.0\.1:\2/readyz",
+        log,
+    )
+    assert bound, log
+    assert {int(bound[1]), int(bound[2])}.isdisjoint({0, 8080, 8081})
 
 
 async def test_the_task_example_keeps_a_summary_and_the_status(  # noqa: PLR0917 (fixtures)

@@ -607,7 +607,7 @@ def test_controller_names_are_unique_per_process() -> None:
 
     name = cname()
     Controller(name, reconcile)
-    with pytest.raises(ValueError, match="already exists"):
+    with pytest.raises(ValueError, match="already runs"):
         Controller(name, reconcile)
     Controller(name, reconcile, options=ControllerOptions(skip_name_validation=True))
     with pytest.raises(ValueError):
@@ -696,6 +696,17 @@ class _FakeInformer:
     def __init__(self, resource: ResourceInfo) -> None:
         self.resource = resource
         self.handlers: list[Callable[[StoreDelta, bool], None]] = []
+        self.synced = asyncio.Event()
+        self.synced.set()
+        self.description = f"{resource.kind} ({resource.api_version})"
+
+    @property
+    def has_synced(self) -> bool:
+        return self.synced.is_set()
+
+    async def wait_for_sync(self, timeout: float | None = None) -> bool:
+        await self.synced.wait()
+        return True
 
     def add_handler(self, fn: Callable[[StoreDelta, bool], None]) -> _FakeRegistration:
         self.handlers.append(fn)
@@ -712,7 +723,12 @@ class _FakeDiscovery:
     }
 
     async def resolve(
-        self, api_version: str, kind: str, *, wait_for_server: bool = False
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        wait_for_server: bool = False,
+        wait_timeout: float | None = None,
     ) -> ResourceInfo:
         try:
             return self.KINDS[(api_version, kind)]
@@ -807,6 +823,45 @@ async def test_builder_wires_for_owns_watches_and_filters() -> None:
     await ctrl.stop()
 
 
+async def test_builder_caches_a_kind_for_reads_and_start_waits_for_it() -> None:
+    cache, factory = _fake_cache()
+    ctrl = await (
+        ControllerBuilder(cache)
+        .named(cname())
+        .for_("tasks.crpy.io/v1", "Task")
+        .caches("v1", "Secret")
+        .complete(_noop)
+    )
+    secrets = factory.informers["Secret"]
+    assert cache.watched("v1", "Secret") is not None  # cached: the reconciler can read it
+    assert secrets.handlers == []  # and nothing of it is mapped to requests
+    secrets.synced.clear()  # its initial list has not arrived yet
+    starting = asyncio.create_task(ctrl.start())
+    for _ in range(5):  # let start() reach its wait; it must not start the workers yet
+        await asyncio.sleep(0)
+    assert not starting.done() and not ctrl._workers
+    secrets.synced.set()
+    await asyncio.wait_for(starting, 5)
+    assert ctrl._workers
+    await ctrl.stop()
+
+
+async def test_a_cached_kind_that_never_syncs_is_named_by_the_start_timeout() -> None:
+    cache, factory = _fake_cache()
+    ctrl = await (
+        ControllerBuilder(cache)
+        .named(cname())
+        .for_("tasks.crpy.io/v1", "Task")
+        .caches("v1", "Secret")
+        .with_options(cache_sync_timeout=0.05)
+        .complete(_noop)
+    )
+    factory.informers["Secret"].synced.clear()
+    with pytest.raises(CacheSyncTimeoutError, match=r"Secret \(v1\)"):
+        await ctrl.start()
+    await ctrl.stop()
+
+
 async def test_builder_with_a_host_uses_its_guard_factory_and_hands_over_the_controller() -> None:
     cache, factory = _fake_cache()
     made: list[str] = []
@@ -854,7 +909,7 @@ async def test_builder_rejects_incomplete_or_conflicting_configurations() -> Non
     name = cname()
     await ControllerBuilder(cache).named(name).for_("v1", "Pod").complete(_noop)
     registered = len(factory.informers["Secret"].handlers) if "Secret" in factory.informers else 0
-    with pytest.raises(ValueError, match="already exists"):
+    with pytest.raises(ValueError, match="already runs"):
         await ControllerBuilder(cache).named(name).for_("v1", "Secret").complete(_noop)
     # the name was checked before anything was watched or registered
     assert (

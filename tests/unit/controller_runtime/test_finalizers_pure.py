@@ -6,14 +6,12 @@ from typing import Any
 
 import pytest
 
+from controller_runtime.patches import add_finalizer_patch, merge_patch, remove_finalizer_patch
 from controller_runtime.util import (
     add_finalizer,
-    add_finalizer_patch,
     contains_finalizer,
     is_being_deleted,
-    merge_patch,
     remove_finalizer,
-    remove_finalizer_patch,
 )
 
 OURS = "crpy.io/cleanup"

@@ -10,13 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller_runtime import (
-    JsonFormatter,
-    Request,
-    TextFormatter,
-    configure_logging,
-    reconcile_logger,
-)
+from controller_runtime import Request, configure_logging, reconcile_logger
+from controller_runtime.logformat import JsonFormatter, TextFormatter
 from controller_runtime.reconcile import CURRENT_RECONCILE, ReconcileContext
 
 

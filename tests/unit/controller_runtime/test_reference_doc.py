@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from controller_runtime import ByObject, Client, LeaderElectionConfig, LiveReader, ManagerOptions
+from controller_runtime import ByObject, Client, LeaderElectionConfig, ManagerOptions
+from controller_runtime.client import LiveReader
 
 REFERENCE = (Path(__file__).resolve().parents[3] / "docs" / "reference.md").read_text()
 ROW = re.compile(r"^\| `(?P<name>\w+)` \| (?P<default>[^|]+) \|", re.M)

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from kubeclient import discovery
-from kubeclient.discovery import Discovery, server_unreachable
+from kubeclient.discovery import Discovery, ServerUnreachableError, server_unreachable
 from kubeclient.errors import ApiError, ForbiddenError
 from kubeclient.transport import Transport
 
@@ -29,9 +29,16 @@ class _Transport:
     failures: list[ApiError]
     config: _Config = field(default_factory=_Config)
     calls: int = 0
+    retries: list[int | None] = field(default_factory=list)
+    forever: bool = False  # fail every request with the last scripted failure
 
-    async def get_json(self, path: str, params: Any = None) -> Any:
+    async def get_json(
+        self, path: str, params: Any = None, *, max_retries: int | None = None
+    ) -> Any:
         self.calls += 1
+        self.retries.append(max_retries)
+        if self.forever:
+            raise self.failures[-1]
         if self.failures:
             raise self.failures.pop(0)
         return LISTING
@@ -69,6 +76,39 @@ async def test_waits_for_an_unreachable_server_and_says_so(
     assert len(warnings) == 3
     assert all("cannot reach the API server https://api.example:6443" in w for w in warnings)
     assert "(attempt 3)" in warnings[-1]
+    # One request per attempt: the transport's own retries would delay the first warning.
+    assert transport.retries == [0, 0, 0, 0]
+
+
+async def test_the_first_failure_is_logged_before_any_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    found, transport = _discovery([ApiError(0, "TransportError", "Connection refused")])
+    seen_at: list[int] = []
+
+    class Counting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen_at.append(transport.calls)
+
+    handler = Counting(logging.WARNING)
+    logging.getLogger("kubeclient.discovery").addHandler(handler)
+    try:
+        await found.resolve("crpy.io/v1", "Task", wait_for_server=True)
+    finally:
+        logging.getLogger("kubeclient.discovery").removeHandler(handler)
+    assert seen_at == [1]
+
+
+async def test_a_bounded_wait_gives_up_with_the_last_failure() -> None:
+    refused = ApiError(0, "TransportError", "Connection refused")
+    found, transport = _discovery([refused])
+    transport.forever = True
+    with pytest.raises(ServerUnreachableError) as gave_up:
+        await found.resolve("crpy.io/v1", "Task", wait_for_server=True, wait_timeout=0.05)
+    error = gave_up.value
+    assert error.last is refused and error.attempts == transport.calls >= 1
+    assert error.server == "https://api.example:6443" and error.waited == 0.05
+    assert "Connection refused" in str(error) and "gave up after 0.05s" in str(error)
 
 
 async def test_without_waiting_the_first_failure_raises() -> None:
