@@ -149,6 +149,16 @@ def write_storage_plots(results: Sequence[Mapping[str, Any]], directory: Path) -
                 else:
                     ys = [(r[field] or 0) * scale for r in rows]
                 ax.plot(xs, ys, marker="o", label=backend, color=STORAGE_COLOURS.get(backend))
+                if field == "disk_bytes" and all(r.get("db_bytes") is not None for r in rows):
+                    ax.plot(
+                        xs,
+                        [r["db_bytes"] * scale for r in rows],
+                        marker="o",
+                        linestyle="--",
+                        label=f"{backend} (bbolt file)",
+                        color=STORAGE_COLOURS.get(backend),
+                    )
+                    ax.legend(fontsize=7)
             ax.set_xscale("log")
             ax.set_title(title)
             ax.set_xlabel("Tasks")
