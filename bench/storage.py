@@ -325,35 +325,40 @@ def plane_for(backend: str, settings: StorageSettings) -> Any:
 
 async def reconcile_existing(transport: Transport, namespace: str, say: Say) -> float:
     """Give every Task of ``namespace`` the status the Task controller would derive (a status
-    merge patch each, 64 in flight); seconds taken."""
+    merge patch each, 64 in flight); seconds taken.
+
+    The whole list is read first: patching between pages made a slow backend's LIST outlive
+    the API server's compaction (every 5 min), and its continue token then expired (410).
+    """
     from controllers.task import derive_status, utcnow  # noqa: PLC0415
 
     path = tasks_path(namespace)
     began = time.monotonic()
+    tasks: list[dict[str, Any]] = []
     token = ""
-    done = 0
     while True:
         params = {"limit": str(PAGE), **({"continue": token} if token else {})}
         body = orjson.loads((await transport.request("GET", path, params=params)).body)
-        items = iter(body["items"])
-
-        async def worker(items: Any = items) -> None:
-            for task in items:
-                status, _ = derive_status(task, utcnow())
-                if status != (task.get("status") or {}):
-                    await transport.request(
-                        "PATCH",
-                        f"{path}/{task['metadata']['name']}/status",
-                        body={"status": status},
-                        content_type="application/merge-patch+json",
-                    )
-
-        await asyncio.gather(*(worker() for _ in range(64)))
-        done += len(body["items"])
+        tasks += body["items"]
         token = body["metadata"].get("continue", "")
         if not token:
-            say(f"  {namespace}: {done} Tasks reconciled in {time.monotonic() - began:.0f}s")
-            return time.monotonic() - began
+            break
+    items = iter(tasks)
+
+    async def worker() -> None:
+        for task in items:
+            status, _ = derive_status(task, utcnow())
+            if status != (task.get("status") or {}):
+                await transport.request(
+                    "PATCH",
+                    f"{path}/{task['metadata']['name']}/status",
+                    body={"status": status},
+                    content_type="application/merge-patch+json",
+                )
+
+    await asyncio.gather(*(worker() for _ in range(64)))
+    say(f"  {namespace}: {len(tasks)} Tasks reconciled in {time.monotonic() - began:.0f}s")
+    return time.monotonic() - began
 
 
 async def restart_on(
