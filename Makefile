@@ -21,15 +21,19 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(INSTALL_KEY)
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
-.PHONY: help venv run test chaos lint typecheck unit integration binaries bench venv-bench clean-cache postgres node-binaries e2e
+.PHONY: help venv run test test-storage chaos lint typecheck unit integration binaries kine bench bench-storage venv-bench clean-cache postgres node-binaries e2e manifests wheel
 
 help:
 	@echo "make run        the operator on an embedded local control plane (or the configured cluster)"
 	@echo "make test       lint, type-check, then the whole test suite"
+	@echo "make test-storage  the informer, guard, Task and sharding suites on kine (SQLite, PostgreSQL)"
 	@echo "make chaos      the long chaos run and the stale-cache fuzzer (docs/reliability.md)"
 	@echo "make lint       ruff and mypy --strict"
 	@echo "make binaries   build (once) and cache etcd, kube-apiserver and kubectl"
 	@echo "make bench      the reconcile-throughput benchmarks"
+	@echo "make bench-storage  etcd beside kine on SQLite and on PostgreSQL (docs/benchmarks.md)"
+	@echo "make manifests  regenerate the CRDs and RBAC in manifests/ from the code"
+	@echo "make wheel      build the library's wheel into $(CACHE_DIR)/dist"
 	@echo "make e2e        the end-to-end tests on a local cluster with a real node (root)"
 
 venv: $(STAMP)
@@ -40,12 +44,19 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "$(CURDIR)" > $(VENV)/.checkout
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[testing]' --group dev
+	@# The operator and the harness are not in the library's distribution: this checkout's
+	@# source tree is on the virtualenv's path instead (docs/packaging.md).
+	@$(BIN)/python -c 'import site, sys; open(site.getsitepackages()[0] + "/crpy-source-tree.pth", "w").write(sys.argv[1] + "\n")' "$(CURDIR)"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
 binaries: venv
 	$(BIN)/python -m controller_runtime.envtest build
+
+# kine (an etcd API over SQL) for the kine-sqlite and kine-postgres storage, built once.
+kine: venv
+	$(BIN)/python -m controller_runtime.envtest build --kine
 
 # The local node (docs/e2e.md): Debian packages (runc, CNI plugins, iptables, conntrack,
 # mmdebstrap), then kubelet, containerd, CoreDNS, SeaweedFS ... built once into $(CACHE_DIR).
@@ -67,6 +78,16 @@ postgres:
 run: venv binaries postgres
 	$(BIN)/python -m controllers.dev $(ARGS)
 
+# CRDs from the typed classes in controllers/api, RBAC from what the controllers watch and
+# declare ([tool.controller-runtime] in pyproject.toml); tests fail when they are stale.
+manifests: venv
+	$(BIN)/python -m controller_runtime manifests
+
+# The library's wheel (controller_runtime, informers, kubeclient; no operator, no harness).
+wheel: venv
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir $(CACHE_DIR)/dist .
+	@ls $(CACHE_DIR)/dist/controller_runtime_py-*.whl
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -81,8 +102,20 @@ integration: venv binaries
 	$(BIN)/pytest $(or $(TESTS),tests/integration) $(PYTEST_ARGS)
 
 # Tests marked chaos_only (long, or not yet passing every seed) run in `make chaos` only.
-test: lint binaries postgres
+test: lint binaries kine postgres
 	$(BIN)/pytest -m "not chaos_only" $(PYTEST_ARGS)
+
+# The suites that matter, again on each SQL storage (docs/informers.md, "Storage backends");
+# `make test` already runs tests/integration/storage on all three backends.
+STORAGE_SUITES ?= tests/integration/test_informers.py tests/integration/test_guard_proof.py \
+	tests/integration/test_task.py tests/integration/test_sharding_informers.py
+STORAGE_BACKENDS ?= kine-sqlite kine-postgres
+test-storage: venv binaries kine postgres
+	@for storage in $(STORAGE_BACKENDS); do \
+		echo "== $(STORAGE_SUITES) on $$storage"; \
+		CRPY_ENVTEST_STORAGE=$$storage $(BIN)/pytest -m "not chaos_only" \
+			$(STORAGE_SUITES) $(PYTEST_ARGS) || exit 1; \
+	done
 
 # The long chaos run and the stale-cache fuzzer with many schedules (docs/reliability.md).
 # CHAOS_SEED repeats a run; FUZZ_REPORT and CHAOS_REPORT collect the numbers as JSON lines.
@@ -99,12 +132,19 @@ chaos: venv binaries postgres
 venv-bench: $(BENCH_STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet --group bench
 	@rm -f $(VENV)/.bench-installed-*
 	@touch $@
 
 bench: venv-bench binaries
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The storage comparison (docs/benchmarks.md, "Storage"): etcd, kine on SQLite, kine on
+# PostgreSQL, one after another. BENCH_ARGS="--storage-sizes 10000,100000,1000000 ..." to
+# change the ladder; --quick for a smoke run.
+STORAGE_BENCH ?= etcd,kine-sqlite,kine-postgres
+bench-storage: venv-bench binaries kine postgres
+	$(BIN)/python -m bench --storage $(STORAGE_BENCH) $(BENCH_ARGS)
 
 clean-cache:
 	rm -rf $(CACHE_DIR)

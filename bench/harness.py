@@ -39,6 +39,9 @@ implementation; see :mod:`bench.kube`):
     :mod:`bench.core` (no API server): recorded watch bytes served over loopback HTTP, read by
     our informer (-> queue -> no-op reconcile) and by client-go's (-> workqueue), beside
     orjson decoding alone.
+
+``--storage etcd,kine-sqlite,kine-postgres`` runs the storage comparison instead
+(:mod:`bench.storage`): one control plane per backend, the same measurements on each.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
+import json
 import os
 import platform
 import shutil
@@ -101,6 +105,11 @@ class Settings:
     json_path: Path
     plots_dir: Path
     logs_dir: Path
+    storage: tuple[str, ...] = ()
+    storage_sizes: tuple[int, ...] = ()
+    storage_churn: int = 1000
+    etcd_quota: int = 2 * 2**30
+    storage_json: Path = Path("storage.json")
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -219,6 +228,33 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a smoke run: 1000 Tasks, restart at 1000, core at 20000, 120 s timeout",
     )
+    p.add_argument(
+        "--storage",
+        type=_csv,
+        default=(),
+        help="run the storage comparison on these backends (of etcd,kine-sqlite,kine-postgres) "
+        "instead of the scenarios above; see docs/benchmarks.md, Storage",
+    )
+    p.add_argument(
+        "--storage-sizes",
+        type=_ints,
+        help="storage: the object counts of the ladder (default 10000,100000,1000000)",
+    )
+    p.add_argument(
+        "--storage-churn",
+        type=int,
+        default=1000,
+        help="storage: updates of the watch-latency run, at --churn-rate (default: %(default)s)",
+    )
+    p.add_argument(
+        "--etcd-quota",
+        type=int,
+        default=2 * 2**30,
+        help="storage: etcd's --quota-backend-bytes (default: 2 GiB, etcd's own default)",
+    )
+    p.add_argument(
+        "--storage-json", type=Path, default=RESULTS_DIR / "storage.json", dest="storage_json"
+    )
     p.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json", dest="json_path")
     p.add_argument("--plots", type=Path, default=RESULTS_DIR, dest="plots_dir")
     return p
@@ -227,9 +263,12 @@ def parser() -> argparse.ArgumentParser:
 def settings_from(argv: Sequence[str] | None = None) -> Settings:
     p = parser()
     args = p.parse_args(argv)
+    from controller_runtime.envtest.storage import BACKENDS  # noqa: PLC0415
+
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     known = IMPLEMENTATIONS + EXTRA_IMPLEMENTATIONS
     unknown += [i for i in args.implementations if i not in known]
+    unknown += [b for b in args.storage if b not in BACKENDS]
     if unknown:
         p.error(f"unknown: {', '.join(unknown)}")
     objects = args.objects or (1000 if args.quick else 10000)
@@ -256,6 +295,12 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         json_path=args.json_path,
         plots_dir=args.plots_dir,
         logs_dir=args.plots_dir / "logs",
+        storage=tuple(args.storage),
+        storage_sizes=args.storage_sizes
+        or ((1000, 5000) if args.quick else (10_000, 100_000, 1_000_000)),
+        storage_churn=200 if args.quick and args.storage_churn == 1000 else args.storage_churn,
+        etcd_quota=args.etcd_quota,
+        storage_json=args.storage_json,
     )
 
 
@@ -265,6 +310,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
 def versions() -> dict[str, str]:
     from bench.peers.gopeer import controller_runtime_version  # noqa: PLC0415
     from controller_runtime.envtest import ETCD_VERSION, KUBERNETES_VERSION  # noqa: PLC0415
+    from controller_runtime.envtest.binaries import KINE_VERSION  # noqa: PLC0415
 
     def dist(name: str) -> str:
         try:
@@ -291,6 +337,7 @@ def versions() -> dict[str, str]:
         "go": go_version,
         "kube-apiserver": KUBERNETES_VERSION,
         "etcd": ETCD_VERSION,
+        "kine": KINE_VERSION,
     }
 
 
@@ -805,7 +852,7 @@ def _run_cluster_scenarios(settings: Settings) -> list[Result]:
         try:
             importlib.metadata.version("kopf")
         except importlib.metadata.PackageNotFoundError:
-            say("kopf is not installed (pip install -e '.[bench]'); skipping the kopf peer")
+            say("kopf is not installed (make venv-bench); skipping the kopf peer")
             cluster_settings = replace(
                 settings,
                 implementations=tuple(i for i in settings.implementations if i != "kopf"),
@@ -813,11 +860,11 @@ def _run_cluster_scenarios(settings: Settings) -> list[Result]:
     for old in settings.logs_dir.glob("*.log"):
         old.unlink()
     say("starting the local control plane")
-    etcd_args = {}
+    etcd_args: dict[str, list[str]] = {}
     if settings.etcd_quota_gib:
-        etcd_args["--quota-backend-bytes"] = str(int(settings.etcd_quota_gib * 2**30))
+        etcd_args["etcd"] = [f"--quota-backend-bytes={int(settings.etcd_quota_gib * 2**30)}"]
     gates = {"ShardedListAndWatch": True} if settings.restart_shards else {}
-    with ControlPlane(extra_etcd_args=etcd_args, feature_gates=gates) as plane:
+    with ControlPlane(storage_args=etcd_args, feature_gates=gates) as plane:
         cluster = Cluster(cluster_settings, plane.kubeconfig, plane.pids())
         cluster.go_binary = go_binary
         cluster.plane = plane
@@ -826,8 +873,68 @@ def _run_cluster_scenarios(settings: Settings) -> list[Result]:
         return cluster.results
 
 
+def run_storage_comparison(settings: Settings) -> int:
+    """``--storage``: :mod:`bench.storage` on each backend; its own JSON file and table."""
+    from bench.storage import StorageSettings, format_table, run_storage  # noqa: PLC0415
+
+    implementations = tuple(i for i in settings.implementations if i in ("ours", "go"))
+    go_binary = None
+    if "go" in implementations:
+        from bench.peers.gopeer import peer_binary  # noqa: PLC0415
+
+        go_binary = peer_binary(progress=say)
+
+    def make_cluster(plane: Any) -> Cluster:
+        cluster = Cluster(settings, plane.kubeconfig, plane.pids())
+        cluster.go_binary = go_binary
+        return cluster
+
+    storage = StorageSettings(
+        backends=settings.storage,
+        sizes=settings.storage_sizes,
+        churn=settings.storage_churn,
+        churn_rate=settings.churn_rate,
+        etcd_quota=settings.etcd_quota,
+        restart_objects=settings.restart_objects if "restart" in settings.scenarios else 0,
+        implementations=implementations,
+        timeout=settings.timeout,
+        json_path=settings.storage_json,
+        plots_dir=settings.plots_dir,
+    )
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    the_versions = versions()
+
+    def save(results: list[Any]) -> None:
+        storage.json_path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "load_average_at_end": list(os.getloadavg()),
+            "versions": the_versions,
+            "etcd_quota_bytes": settings.etcd_quota,
+            "results": results,
+        }
+        storage.json_path.write_text(json.dumps(payload, indent=1) + "\n")
+
+    try:
+        results = run_storage(storage, make_cluster, say, save)
+    except BinaryError as err:
+        say(f"bench: {err}")
+        return 1
+    print(format_table(results), flush=True)
+    say(f"results: {storage.json_path}")
+    try:
+        from bench.plots import write_storage_plots  # noqa: PLC0415
+    except ImportError as err:
+        say(f"no plots ({err}; pip install -e '.[bench]')")
+    else:
+        for path in write_storage_plots(results, settings.plots_dir):
+            say(f"plot: {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from(argv)
+    if settings.storage:
+        return run_storage_comparison(settings)
     say(
         f"bench: scenarios {','.join(settings.scenarios)}; implementations "
         f"{','.join(settings.implementations)}; {settings.objects} Tasks; "
@@ -844,7 +951,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from bench.plots import write_plots  # noqa: PLC0415
     except ImportError as err:
-        say(f"no plots ({err}; pip install -e '.[bench]')")
+        say(f"no plots ({err}; make venv-bench)")
     else:
         for path in write_plots(results, settings.plots_dir):
             say(f"plot: {path}")

@@ -115,3 +115,78 @@ def write_plots(results: Sequence[Mapping[str, Any]], directory: Path) -> list[P
         _core_plot(core, path)
         written.append(path)
     return written
+
+
+STORAGE_COLOURS = {"etcd": "#1f77b4", "kine-sqlite": "#ff7f0e", "kine-postgres": "#9467bd"}
+
+
+def write_storage_plots(results: Sequence[Mapping[str, Any]], directory: Path) -> list[Path]:
+    """``storage.png``: per backend against the object count, the create rate, the LIST time,
+    the page p99, memory (API server, storage) and disk; ``storage-watch-lag-cdf.png``: the
+    watch latency under churn. The paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    ladder = [r for r in results if r["scenario"] == "storage-ladder"]
+    if ladder:
+        panels = [
+            ("create_per_second", "creates per second", 1.0),
+            ("list_seconds", "paginated LIST, seconds", 1.0),
+            ("page_p99_seconds", "LIST page p99, ms", 1000.0),
+            ("apiserver_rss_bytes", "API server RSS, MiB", 1 / 2**20),
+            ("storage_total_bytes", "storage memory, MiB", 1 / 2**20),
+            ("disk_bytes", "disk, MiB", 1 / 2**20),
+        ]
+        fig, axes = plt.subplots(2, 3, figsize=(14, 7))
+        for ax, (field, title, scale) in zip(axes.flat, panels, strict=True):
+            for backend in dict.fromkeys(r["backend"] for r in ladder):
+                rows = [r for r in ladder if r["backend"] == backend]
+                xs = [r["objects"] for r in rows]
+                if field == "storage_total_bytes":
+                    ys = [
+                        ((r["storage_rss_bytes"] or 0) + (r["postgres_pss_bytes"] or 0)) * scale
+                        for r in rows
+                    ]
+                else:
+                    ys = [(r[field] or 0) * scale for r in rows]
+                ax.plot(xs, ys, marker="o", label=backend, color=STORAGE_COLOURS.get(backend))
+                if field == "disk_bytes" and all(r.get("db_bytes") is not None for r in rows):
+                    ax.plot(
+                        xs,
+                        [r["db_bytes"] * scale for r in rows],
+                        marker="o",
+                        linestyle="--",
+                        label=f"{backend} (bbolt file)",
+                        color=STORAGE_COLOURS.get(backend),
+                    )
+                    ax.legend(fontsize=7)
+            ax.set_xscale("log")
+            ax.set_title(title)
+            ax.set_xlabel("Tasks")
+        axes.flat[0].legend()
+        fig.tight_layout()
+        path = directory / "storage.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    lagged = [r for r in results if r["scenario"] == "storage-watch" and r.get("lag_quantiles")]
+    if lagged:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in lagged:
+            qs = r["lag_quantiles"]
+            ax.plot(
+                [q * 1000 for q in qs],
+                range(len(qs)),
+                label=r["backend"],
+                color=STORAGE_COLOURS.get(r["backend"]),
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("PATCH sent to watch event, ms")
+        ax.set_ylabel("percentile")
+        ax.set_title("watch latency under churn")
+        ax.legend()
+        fig.tight_layout()
+        path = directory / "storage-watch-lag-cdf.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written

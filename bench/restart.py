@@ -214,6 +214,9 @@ async def run_restart_round(
     if s.restart_load == "etcd":
         from bench.etcdload import load_reconciled_tasks  # noqa: PLC0415
 
+        if cluster.plane is None or getattr(cluster.plane, "storage", "etcd") != "etcd":
+            raise RuntimeError("--restart-load etcd needs the control plane on etcd")
+
         _say(f"writing {n} reconciled Tasks of {namespace} into etcd")
         took = await load_reconciled_tasks(cluster.etcd_url, transport, namespace, n, progress=_say)
         _say(f"  written and served in {took:.1f}s ({n / took:.0f}/s); not measured")

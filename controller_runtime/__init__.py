@@ -27,7 +27,10 @@ Everything else lives in a submodule named for what it is, as controller-runtime
 :mod:`controller_runtime.patches` (patch bodies), :mod:`controller_runtime.builder`,
 :mod:`controller_runtime.controller`, :mod:`controller_runtime.reconcile`,
 :mod:`controller_runtime.manager`, :mod:`controller_runtime.logformat`,
-:mod:`controller_runtime.workqueue`, :mod:`controller_runtime.sharding` and
+:mod:`controller_runtime.workqueue`, :mod:`controller_runtime.sharding`,
+:mod:`controller_runtime.resource` (typed resources and their markers),
+:mod:`controller_runtime.crdgen` (CRDs from them), :mod:`controller_runtime.rbac` (RBAC from
+what controllers watch and declare), :mod:`controller_runtime.testing` (the pytest plugin) and
 :mod:`controller_runtime.envtest` (the local control plane, for tests).
 """
 

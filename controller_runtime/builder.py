@@ -55,6 +55,7 @@ from controller_runtime.handlers import (
 from controller_runtime.predicates import Predicate, PredicateLike
 from controller_runtime.ratelimiter import RateLimiter
 from controller_runtime.reconcile import ConsistencyGuard, ReconcileFunc, Reconciler, Request
+from controller_runtime.resource import Resource, split_target
 
 if TYPE_CHECKING:
     from controller_runtime.sharded_controller import ShardedController
@@ -186,11 +187,17 @@ class ControllerBuilder:
         return self
 
     def for_(
-        self, api_version: str, kind: str, *, predicates: Sequence[PredicateLike] = ()
+        self,
+        api_version: str | type[Resource],
+        kind: str | None = None,
+        *,
+        predicates: Sequence[PredicateLike] = (),
     ) -> Self:
         """Reconcile objects of this kind: each change enqueues the object's own key
         (:class:`~controller_runtime.handlers.EnqueueRequestForObject`), if ``predicates``
-        pass. At most once per controller."""
+        pass. At most once per controller. Here and in :meth:`owns` and :meth:`watches`, a
+        resource class may stand for ``api_version, kind``: ``for_(Task)``."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="for_")
         if self._for is not None:
             raise ValueError(
                 f"for_() was already called ({self._for.kind}); a controller reconciles one "
@@ -202,8 +209,8 @@ class ControllerBuilder:
 
     def owns(
         self,
-        api_version: str,
-        kind: str,
+        api_version: str | type[Resource],
+        kind: str | None = None,
         *,
         predicates: Sequence[PredicateLike] = (),
         only_controller: bool = True,
@@ -213,21 +220,28 @@ class ControllerBuilder:
         (:class:`~controller_runtime.handlers.EnqueueRequestForOwner`).
         ``only_controller=False`` enqueues every owner of the ``for_`` kind (controller-
         runtime's ``MatchEveryOwner``). Needs :meth:`for_`."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="owns")
         checked = _check_predicates(f"owns({kind!r})", predicates)
         self._watches.append(_Watch(api_version, kind, None, checked, only_controller))
         return self
 
     def watches(
         self,
-        api_version: str,
-        kind: str,
-        handler: EventHandler,
+        api_version: str | type[Resource],
+        kind: str | EventHandler,
+        handler: EventHandler | None = None,
         *,
         predicates: Sequence[PredicateLike] = (),
     ) -> Self:
         """Also watch objects of this kind, mapping their changes to requests with
-        ``handler`` (typically :class:`~controller_runtime.handlers.EnqueueRequestsFromMapFunc`).
+        ``handler`` (typically :class:`~controller_runtime.handlers.EnqueueRequestsFromMapFunc`):
+        ``watches("v1", "Secret", handler)`` or ``watches(Task, handler)``.
         """
+        if not isinstance(api_version, str):
+            if handler is not None:
+                raise TypeError("watches(cls, handler): the class stands for api_version, kind")
+            kind, handler = None, kind  # type: ignore[assignment]
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="watches")
         where = f"watches({kind!r})"
         if inspect.isclass(handler) and issubclass(handler, EventHandler):
             fix = (
@@ -245,11 +259,12 @@ class ControllerBuilder:
         self._watches.append(_Watch(api_version, kind, handler, checked))
         return self
 
-    def caches(self, api_version: str, kind: str) -> Self:
+    def caches(self, api_version: str | type[Resource], kind: str | None = None) -> Self:
         """Cache this kind for the reconciler to read, without reconciling on its changes
         (a configuration object, say): :meth:`complete` watches it, and the controller's
         start waits for its initial list as for the watched kinds. Nothing is enqueued when
         such an object changes; use :meth:`watches` for that."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="caches")
         self._cached.append((api_version, kind))
         return self
 

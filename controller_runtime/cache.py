@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
+from controller_runtime.resource import Resource, adopt, split_target
 from informers.labels import LabelSelector
 from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
 from informers.store import ADDED, DELETED, MODIFIED, IndexFunc, Store, StoreDelta
@@ -45,6 +46,8 @@ __all__ = [
 
 KindKey = tuple[str, str]
 """``(apiVersion, kind)``."""
+
+R = TypeVar("R", bound=Resource)
 
 
 class NotCachedError(LookupError):
@@ -111,7 +114,10 @@ class KindInformers:
 class Cache:
     """Informers per kind, created on :meth:`watch`, read with :meth:`get` and :meth:`list`.
 
-    Reads return fresh dicts (the store decodes on every read); mutating them is safe.
+    Reads return fresh dicts (the store decodes on every read); mutating them is safe. Every
+    method that takes ``api_version, kind`` also takes a resource class in their place
+    (:mod:`controller_runtime.resource`): reads then return instances of it, decoded from the
+    cache's bytes.
     """
 
     def __init__(
@@ -133,7 +139,9 @@ class Cache:
     def discovery(self) -> Any:
         return self.factory.discovery
 
-    async def watch(self, api_version: str, kind: str) -> KindInformers:
+    async def watch(
+        self, api_version: str | type[Resource], kind: str | None = None
+    ) -> KindInformers:
         """Watch ``kind`` (idempotent) and return its informers, started.
 
         While the API server cannot be reached, this waits for it (discovery retries with
@@ -141,6 +149,7 @@ class Cache:
         seconds, then raises :class:`~kubeclient.discovery.ServerUnreachableError`
         (``None``, the default of a bare cache: until the caller is cancelled; a manager
         passes ``ManagerOptions.start_timeout``)."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.watch")
         key = (api_version, kind)
         async with self._lock:
             existing = self._kinds.get(key)
@@ -186,7 +195,10 @@ class Cache:
             )
         self._kinds[key] = entry
 
-    def watched(self, api_version: str, kind: str) -> KindInformers | None:
+    def watched(
+        self, api_version: str | type[Resource], kind: str | None = None
+    ) -> KindInformers | None:
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.watched")
         return self._kinds.get((api_version, kind))
 
     def kinds(self) -> list[KindInformers]:
@@ -220,6 +232,18 @@ class Cache:
             )
         return entry
 
+    @overload
+    def get(
+        self,
+        api_version: type[R],
+        kind: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> R: ...
+
+    @overload
     def get(
         self,
         api_version: str,
@@ -229,14 +253,31 @@ class Cache:
         *,
         name: str | None = None,
         namespace: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any]: ...
+
+    def get(
+        self,
+        api_version: str | type[R],
+        kind: str | Request | None = None,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> Any:
         """The cached object, keyed by a ``Request`` or by ``name=``/``namespace=`` (see
         :mod:`controller_runtime.objectkey`); raises :class:`~kubeclient.errors.NotFoundError`
-        when absent."""
+        when absent. ``get(Task, request)`` returns a ``Task``."""
+        cls, api_version, kind, key = split_target(api_version, kind, key, method="Cache.get")
         namespace, name = resolve_key(key, name, namespace, method="Cache.get")
         entry = self._entry(api_version, kind, namespace)
         store_key = f"{namespace}/{name}" if entry.resource.namespaced and namespace else name
         for store in entry.stores_for(namespace):
+            if cls is not None:
+                raw = store.get_raw(store_key)
+                if raw is not None:
+                    return cls.from_json(raw)
+                continue
             obj = store.get(store_key)
             if obj is not None:
                 return obj
@@ -244,6 +285,17 @@ class Cache:
             404, "NotFound", f'{entry.resource.group_resource} "{name}" not found (in the cache)'
         )
 
+    @overload
+    def list(
+        self,
+        api_version: type[R],
+        kind: None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> list[R]: ...
+
+    @overload
     def list(
         self,
         api_version: str,
@@ -251,11 +303,22 @@ class Cache:
         *,
         namespace: str | None = None,
         label_selector: LabelSelector | str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, Any]]: ...
+
+    def list(
+        self,
+        api_version: str | type[R],
+        kind: str | None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> Any:
         """Cached objects of ``kind`` in ``namespace``; ``namespace=None``: every object the
         cache holds, across the namespaces it caches when its scope is restricted (so the
         answer is the same whichever namespaces a deployment configures). Raises
-        :class:`NotCachedError` for a kind not cached, or a namespace outside the scope."""
+        :class:`NotCachedError` for a kind not cached, or a namespace outside the scope.
+        ``list(Task)`` returns ``Task`` instances."""
+        cls, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.list")
         entry = self._entry(api_version, kind, namespace, listing=True)
         selector = (
             LabelSelector.parse(label_selector)
@@ -269,6 +332,8 @@ class Cache:
                     namespace=namespace if entry.resource.namespaced else None, selector=selector
                 )
             )
+        if cls is not None:
+            return [adopt(cls, obj) for obj in out]
         return out
 
     async def wait_for_sync(self, timeout: float | None = None) -> None:

@@ -1,7 +1,11 @@
 """The client: reads from the informer cache, writes to the API server.
 
-Objects are plain dicts (``apiVersion``, ``kind``, ``metadata``, ...). ``apiVersion`` + ``kind``
-are resolved to URLs through the cache's :class:`~kubeclient.discovery.Discovery`.
+Objects are plain dicts (``apiVersion``, ``kind``, ``metadata``, ...), or typed resources
+(:mod:`controller_runtime.resource`): every method that takes ``api_version, kind`` also takes
+a resource class in their place (``client.get(Task, request)`` returns a ``Task``), and every
+write of a typed object returns the same class (its unknown fields kept, see
+:meth:`~controller_runtime.resource.Resource.to_dict`). ``apiVersion`` + ``kind`` are
+resolved to URLs through the cache's :class:`~kubeclient.discovery.Discovery`.
 
 **Keys.** Methods that address an object by key take ``api_version, kind`` and then a
 :class:`~controller_runtime.reconcile.Request` or keyword-only ``name=``/``namespace=``
@@ -34,6 +38,7 @@ re-read, re-apply the change, write, on optimistic-concurrency conflicts only.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 import inspect
 import logging
@@ -41,10 +46,13 @@ import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
+import msgspec
+
 from controller_runtime.cache import Cache
 from controller_runtime.consistency import OwnWritesOverlay
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import CURRENT_RECONCILE, Request
+from controller_runtime.resource import Resource, Schema, adopt, as_body, split_target
 from informers.labels import LabelSelector
 from kubeclient.discovery import Discovery, ResourceInfo
 from kubeclient.errors import (
@@ -71,6 +79,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R", bound=Resource)
 Obj = dict[str, Any]
 ObjList = list[Obj]  # spelled out here: inside Client, "list" is a method
 PatchType = Literal["merge", "json", "strategic"]
@@ -191,6 +200,18 @@ class LiveReader:
         self._timeout = timeout
         self._discovery = discovery
 
+    @overload
+    async def get(
+        self,
+        api_version: type[R],
+        kind: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> R: ...
+
+    @overload
     async def get(
         self,
         api_version: str,
@@ -200,17 +221,43 @@ class LiveReader:
         *,
         name: str | None = None,
         namespace: str | None = None,
-    ) -> Obj:
+    ) -> Obj: ...
+
+    async def get(
+        self,
+        api_version: str | type[R],
+        kind: str | Request | None = None,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> Any:
         """The object, keyed by a ``Request`` or by ``name=``/``namespace=`` (see
         :mod:`controller_runtime.objectkey`); raises :class:`~kubeclient.errors.NotFoundError`
-        when absent."""
+        when absent. With a resource class instead of ``api_version, kind``, an instance."""
+        cls, api_version, kind, key = split_target(api_version, kind, key, method="client.live.get")
         namespace, name = resolve_key(key, name, namespace, method="client.live.get")
         resource = await self._discovery.resolve(api_version, kind)
         answer = await _request(
             self._transport, "GET", resource.path(namespace, name), timeout=self._timeout
         )
+        if cls is not None:
+            return cls.from_json(answer.body)
         return _with_type([answer.json()], resource)[0]
 
+    @overload
+    async def list(
+        self,
+        api_version: type[R],
+        kind: None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+        field_selector: str | None = None,
+    ) -> builtins.list[R]: ...
+
+    @overload
     async def list(
         self,
         api_version: str,
@@ -219,10 +266,33 @@ class LiveReader:
         namespace: str | None = None,
         label_selector: LabelSelector | str | None = None,
         field_selector: str | None = None,
-    ) -> list[Obj]:
+    ) -> builtins.list[Obj]: ...
+
+    async def list(
+        self,
+        api_version: str | type[R],
+        kind: str | None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+        field_selector: str | None = None,
+    ) -> Any:
         """Every object of ``kind`` (in ``namespace``; ``None``: all namespaces) matching the
         selectors. If a continue token expires mid-way (410), the list restarts unpaged, as
-        client-go's pager does, so the result is always one consistent snapshot."""
+        client-go's pager does, so the result is always one consistent snapshot. With a
+        resource class instead of ``api_version, kind``, instances of it."""
+        cls, api_version, kind, _ = split_target(api_version, kind, None, method="client.live.list")
+        items = await self._list(api_version, kind, namespace, label_selector, field_selector)
+        return [adopt(cls, item) for item in items] if cls is not None else items
+
+    async def _list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        label_selector: LabelSelector | str | None,
+        field_selector: str | None,
+    ) -> builtins.list[Obj]:
         resource = await self._discovery.resolve(api_version, kind)
         path = resource.path(namespace)
         params: dict[str, str] = {}
@@ -230,7 +300,7 @@ class LiveReader:
             params["labelSelector"] = str(label_selector)
         if field_selector:
             params["fieldSelector"] = field_selector
-        items: list[Obj] = []
+        items: builtins.list[Obj] = []
         token = ""
         while True:
             page = {**params, "limit": str(LIST_PAGE_SIZE)}
@@ -288,6 +358,18 @@ class Client:
 
     # ------------------------------------------------------------------------- cached reads
 
+    @overload
+    async def get(
+        self,
+        api_version: type[R],
+        kind: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> R: ...
+
+    @overload
     async def get(
         self,
         api_version: str,
@@ -297,17 +379,32 @@ class Client:
         *,
         name: str | None = None,
         namespace: str | None = None,
-    ) -> Obj:
+    ) -> Obj: ...
+
+    async def get(
+        self,
+        api_version: str | type[R],
+        kind: str | Request | None = None,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> Any:
         """The cached object, keyed by a ``Request`` (``client.get(TASKS, "Task", request)``)
-        or by ``name=``/``namespace=`` keywords (see :mod:`controller_runtime.objectkey`).
+        or by ``name=``/``namespace=`` keywords (see :mod:`controller_runtime.objectkey`);
+        ``client.get(Task, request)`` returns a ``Task``.
 
         Raises :class:`~kubeclient.errors.NotFoundError` when the cache does not hold it
         (:func:`ignore_not_found` turns that into ``None``), and
         :class:`~controller_runtime.cache.NotCachedError` when the kind (or namespace) is not
         cached at all. A bare string or tuple as the key raises ``TypeError``.
         """
+        cls, api_version, kind, key = split_target(api_version, kind, key, method="client.get")
         namespace, name = resolve_key(key, name, namespace, method="client.get")
         if self._overlay is None:
+            if cls is not None:
+                return self.cache.get(cls, name=name, namespace=namespace)
             return self.cache.get(api_version, kind, name=name, namespace=namespace)
         try:
             cached: Obj | None = self.cache.get(api_version, kind, name=name, namespace=namespace)
@@ -320,8 +417,19 @@ class Client:
         )
         if obj is None:
             raise NotFoundError(404, "NotFound", f'{kind} "{name}" not found (in the cache)')
-        return obj
+        return adopt(cls, obj) if cls is not None else obj
 
+    @overload
+    async def list(
+        self,
+        api_version: type[R],
+        kind: None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> builtins.list[R]: ...
+
+    @overload
     async def list(
         self,
         api_version: str,
@@ -329,46 +437,84 @@ class Client:
         *,
         namespace: str | None = None,
         label_selector: LabelSelector | str | None = None,
-    ) -> ObjList:
+    ) -> ObjList: ...
+
+    async def list(
+        self,
+        api_version: str | type[R],
+        kind: str | None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> Any:
         """Cached objects of ``kind`` (in ``namespace``; ``None``: everything the cache holds,
         across the cached namespaces when the cache is restricted to some); raises
         :class:`~controller_runtime.cache.NotCachedError` for a kind not cached or a namespace
-        outside the cache's scope."""
+        outside the cache's scope. ``list(Task)`` returns ``Task`` instances."""
+        cls, api_version, kind, _ = split_target(api_version, kind, None, method="client.list")
+        if cls is not None:
+            return self.cache.list(cls, namespace=namespace, label_selector=label_selector)
         return self.cache.list(
             api_version, kind, namespace=namespace, label_selector=label_selector
         )
 
     # ------------------------------------------------------------------------------ writes
 
-    async def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> Obj:
+    @overload
+    async def create(self, obj: R, *, dry_run: bool = False) -> R: ...
+
+    @overload
+    async def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> Obj: ...
+
+    async def create(self, obj: Mapping[str, Any] | R, *, dry_run: bool = False) -> Any:
         """POST ``obj`` (``metadata.name`` or ``metadata.generateName``); returns the created
         object. Raises ``AlreadyExistsError``, ``InvalidError``, ``ForbiddenError``, ...
 
         A timeout leaves the outcome unknown: GET (by name, or list by label for
         ``generateName``) before creating again.
         """
-        resource, namespace, _ = await self._locate(obj, need_name=False)
+        body, cls = as_body(obj)
+        resource, namespace, _ = await self._locate(body, need_name=False)
         answer = await self._write(
-            "POST", resource.path(namespace), resource, body=obj, dry_run=dry_run
+            "POST", resource.path(namespace), resource, body=body, dry_run=dry_run
         )
-        return answer
+        return _typed(cls, answer)
 
-    async def update(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> Obj:
+    @overload
+    async def update(self, obj: R, *, dry_run: bool = False) -> R: ...
+
+    @overload
+    async def update(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> Obj: ...
+
+    async def update(self, obj: Mapping[str, Any] | R, *, dry_run: bool = False) -> Any:
         """PUT ``obj``. ``metadata.resourceVersion`` is required and acts as a precondition:
         if the object changed since, the server answers ``ConflictError`` (re-read and retry:
         :func:`retry_on_conflict`, :meth:`mutate_with_retry`). On a kind with a status
         subresource the server ignores ``status`` here (use :meth:`update_status`)."""
-        resource, namespace, name = await self._locate(obj)
-        _require_resource_version(obj, "update")
-        return await self._write(
+        body, cls = as_body(obj)
+        resource, namespace, name = await self._locate(body)
+        _require_resource_version(body, "update")
+        answer = await self._write(
             "PUT",
             resource.path(namespace, name),
             resource,
-            body=obj,
+            body=body,
             dry_run=dry_run,
-            precondition=_precondition(obj),
+            precondition=_precondition(body),
         )
+        return _typed(cls, answer)
 
+    @overload
+    async def patch(
+        self,
+        obj: R,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        patch_type: PatchType = "merge",
+        dry_run: bool = False,
+    ) -> R: ...
+
+    @overload
     async def patch(
         self,
         obj: Mapping[str, Any],
@@ -376,7 +522,16 @@ class Client:
         *,
         patch_type: PatchType = "merge",
         dry_run: bool = False,
-    ) -> Obj:
+    ) -> Obj: ...
+
+    async def patch(
+        self,
+        obj: Mapping[str, Any] | R,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        patch_type: PatchType = "merge",
+        dry_run: bool = False,
+    ) -> Any:
         """PATCH the object ``obj`` identifies (apiVersion, kind, namespace, name only).
 
         ``merge`` (RFC 7386, default), ``json`` (RFC 6902; a failing ``test`` operation makes
@@ -384,8 +539,9 @@ class Client:
         kinds only, not custom resources). A patch is unconditional unless it carries
         ``metadata.resourceVersion`` or a ``test`` operation.
         """
-        resource, namespace, name = await self._locate(obj)
-        return await self._write(
+        body, cls = as_body(obj)
+        resource, namespace, name = await self._locate(body)
+        answer = await self._write(
             "PATCH",
             resource.path(namespace, name),
             resource,
@@ -394,7 +550,19 @@ class Client:
             dry_run=dry_run,
             precondition=_patch_precondition(patch, patch_type),
         )
+        return _typed(cls, answer)
 
+    @overload
+    async def apply(
+        self,
+        obj: R,
+        *,
+        field_manager: str | None = None,
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> R: ...
+
+    @overload
     async def apply(
         self,
         obj: Mapping[str, Any],
@@ -402,45 +570,93 @@ class Client:
         field_manager: str | None = None,
         force: bool = False,
         dry_run: bool = False,
-    ) -> Obj:
+    ) -> Obj: ...
+
+    async def apply(
+        self,
+        obj: Mapping[str, Any] | R,
+        *,
+        field_manager: str | None = None,
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> Any:
         """Server-side apply ``obj`` as ``field_manager`` (default: the client's); creates the
         object if absent. ``obj`` is the full intent of that manager: fields it omits that the
         manager owned are released. ``metadata.managedFields`` and ``metadata.resourceVersion``
         are stripped (apply is not a compare-and-swap). Setting a field another manager owns
-        raises ``ConflictError`` unless ``force=True``, which takes ownership."""
-        resource, namespace, name = await self._locate(obj)
-        return await self._apply(
+        raises ``ConflictError`` unless ``force=True``, which takes ownership. A typed object
+        states every field it holds (read ones included): build a fresh one to apply only
+        your intent."""
+        body, cls = as_body(obj)
+        resource, namespace, name = await self._locate(body)
+        answer = await self._apply(
             resource,
             resource.path(namespace, name),
-            obj,
+            body,
             field_manager=field_manager,
             force=force,
             dry_run=dry_run,
         )
+        return _typed(cls, answer)
 
-    async def update_status(self, obj: Mapping[str, Any]) -> Obj:
+    @overload
+    async def update_status(self, obj: R) -> R: ...
+
+    @overload
+    async def update_status(self, obj: Mapping[str, Any]) -> Obj: ...
+
+    async def update_status(self, obj: Mapping[str, Any] | R) -> Any:
         """PUT the status subresource: only ``status`` changes; ``metadata.resourceVersion``
-        is required and checked, as for :meth:`update`."""
-        resource, namespace, name = await self._locate(obj)
-        _require_resource_version(obj, "update_status")
-        return await self._write(
+        is required and checked, as for :meth:`update`. The typed way to write a status:
+        change ``obj.status`` and pass ``obj``; status fields the class does not know are
+        kept."""
+        body, cls = as_body(obj)
+        resource, namespace, name = await self._locate(body)
+        _require_resource_version(body, "update_status")
+        answer = await self._write(
             "PUT",
             resource.path(namespace, name, "status"),
             resource,
-            body=obj,
-            precondition=_precondition(obj),
+            body=body,
+            precondition=_precondition(body),
         )
+        return _typed(cls, answer)
 
+    @overload
+    async def patch_status(
+        self,
+        obj: R,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]] | Schema,
+        *,
+        patch_type: PatchType = "merge",
+    ) -> R: ...
+
+    @overload
     async def patch_status(
         self,
         obj: Mapping[str, Any],
-        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]] | Schema,
         *,
         patch_type: PatchType = "merge",
-    ) -> Obj:
-        """PATCH the status subresource (see :meth:`patch`)."""
-        resource, namespace, name = await self._locate(obj)
-        return await self._write(
+    ) -> Obj: ...
+
+    async def patch_status(
+        self,
+        obj: Mapping[str, Any] | R,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]] | Schema,
+        *,
+        patch_type: PatchType = "merge",
+    ) -> Any:
+        """PATCH the status subresource (see :meth:`patch`). ``patch`` may be a typed status
+        (a :class:`~controller_runtime.resource.Schema`): a merge patch
+        ``{"status": <it>}``, which sets the fields it holds and leaves the others alone."""
+        body, cls = as_body(obj)
+        if isinstance(patch, Schema):
+            if patch_type != "merge":
+                raise TypeError("a typed status is sent as a merge patch: leave patch_type")
+            patch = {"status": msgspec_builtins(patch)}
+        resource, namespace, name = await self._locate(body)
+        answer = await self._write(
             "PATCH",
             resource.path(namespace, name, "status"),
             resource,
@@ -448,20 +664,45 @@ class Client:
             content_type=PATCH_CONTENT_TYPES[patch_type],
             precondition=_patch_precondition(patch, patch_type),
         )
+        return _typed(cls, answer)
 
+    @overload
+    async def apply_status(
+        self, obj: R, *, field_manager: str | None = None, force: bool = False
+    ) -> R: ...
+
+    @overload
     async def apply_status(
         self, obj: Mapping[str, Any], *, field_manager: str | None = None, force: bool = False
-    ) -> Obj:
+    ) -> Obj: ...
+
+    async def apply_status(
+        self, obj: Mapping[str, Any] | R, *, field_manager: str | None = None, force: bool = False
+    ) -> Any:
         """Server-side apply of the status subresource (see :meth:`apply`)."""
-        resource, namespace, name = await self._locate(obj)
-        return await self._apply(
+        body, cls = as_body(obj)
+        resource, namespace, name = await self._locate(body)
+        answer = await self._apply(
             resource,
             resource.path(namespace, name, "status"),
-            obj,
+            body,
             field_manager=field_manager,
             force=force,
             dry_run=False,
         )
+        return _typed(cls, answer)
+
+    @overload
+    async def delete(
+        self,
+        obj: R,
+        /,
+        *,
+        propagation_policy: PropagationPolicy | None = None,
+        preconditions: Mapping[str, str] | None = None,
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
+    ) -> R | None: ...
 
     @overload
     async def delete(
@@ -474,6 +715,21 @@ class Client:
         grace_period_seconds: int | None = None,
         dry_run: bool = False,
     ) -> Obj | None: ...
+
+    @overload
+    async def delete(
+        self,
+        api_version: type[R],
+        kind: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        preconditions: Mapping[str, str] | None = None,
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
+    ) -> R | None: ...
 
     @overload
     async def delete(
@@ -493,8 +749,8 @@ class Client:
 
     async def delete(
         self,
-        target: Mapping[str, Any] | str,
-        kind: str | None = None,
+        target: Mapping[str, Any] | R | str | type[R],
+        kind: str | Request | None = None,
         key: Request | None = None,
         /,
         *,
@@ -504,7 +760,7 @@ class Client:
         preconditions: Mapping[str, str] | None = None,
         grace_period_seconds: int | None = None,
         dry_run: bool = False,
-    ) -> Obj | None:
+    ) -> Any:
         """DELETE an object: the one ``obj`` identifies (its apiVersion, kind, namespace and
         name; the rest is ignored), or ``api_version, kind`` and a key as for :meth:`get`
         (``delete(TASKS, "Task", request)``, ``delete(TASKS, "Task", name=..., namespace=...)``).
@@ -520,7 +776,7 @@ class Client:
         Returns ``None`` when the object is gone, or the object when it still exists, marked
         for deletion (finalizers, foreground deletion, graceful deletion).
         """
-        obj = _delete_target(target, kind, key, name, namespace)
+        obj, cls = _delete_target(target, kind, key, name, namespace)
         resource, namespace, name = await self._locate(obj)
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if propagation_policy is not None:
@@ -543,10 +799,10 @@ class Client:
         _log_warnings(answer)
         result = answer.json() or {}
         if dry_run:
-            return result if _still_exists(result) else None
+            return _typed(cls, result) if _still_exists(result) else None
         if _still_exists(result):
             self._recorded_write(resource, result)
-            return result
+            return _typed(cls, result)
         uid = _uid_of(result) or ((obj.get("metadata") or {}).get("uid"))
         self._recorded_delete(resource, namespace, name, uid)
         return None
@@ -596,6 +852,24 @@ class Client:
                 )
         return _with_type(items, resource)
 
+    @overload
+    async def mutate_with_retry(
+        self,
+        api_version: type[R],
+        kind: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        mutate: Callable[[R], R | Awaitable[R | None] | None],
+        steps: int = 5,
+        base_delay: float = 0.01,
+        factor: float = 1.0,
+        jitter: float = 0.1,
+        max_delay: float | None = None,
+    ) -> R: ...
+
+    @overload
     async def mutate_with_retry(
         self,
         api_version: str,
@@ -611,19 +885,43 @@ class Client:
         factor: float = 1.0,
         jitter: float = 0.1,
         max_delay: float | None = None,
-    ) -> Obj:
+    ) -> Obj: ...
+
+    async def mutate_with_retry(
+        self,
+        api_version: str | type[R],
+        kind: str | Request | None = None,
+        key: Request | None = None,
+        /,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        mutate: Callable[[Any], Any],
+        steps: int = 5,
+        base_delay: float = 0.01,
+        factor: float = 1.0,
+        jitter: float = 0.1,
+        max_delay: float | None = None,
+    ) -> Any:
         """Read the object live, apply ``mutate`` to it, update; on a conflict start over.
 
-        The object is keyed as for :meth:`get` (a ``Request``, or ``name=``/``namespace=``).
-        ``mutate`` changes the dict in place (or returns a replacement); it may be async, and
-        it must be safe to run more than once. If it changes nothing, no write is made and
-        the live object is returned. Attempts and delays as :func:`retry_on_conflict`.
+        The object is keyed as for :meth:`get` (a ``Request``, or ``name=``/``namespace=``);
+        with a resource class, ``mutate`` gets (and the call returns) an instance of it.
+        ``mutate`` changes the object in place (or returns a replacement); it may be async,
+        and it must be safe to run more than once. If it changes nothing, no write is made
+        and the live object is returned. Attempts and delays as :func:`retry_on_conflict`.
         """
-
+        cls, api_version, kind, key = split_target(
+            api_version, kind, key, method="client.mutate_with_retry"
+        )
         namespace, name = resolve_key(key, name, namespace, method="client.mutate_with_retry")
 
-        async def attempt() -> Obj:
-            current = await self.live.get(api_version, kind, name=name, namespace=namespace)
+        async def attempt() -> Any:
+            current: Any
+            if cls is not None:
+                current = await self.live.get(cls, name=name, namespace=namespace)
+            else:
+                current = await self.live.get(api_version, kind, name=name, namespace=namespace)
             desired = copy.deepcopy(current)
             result = mutate(desired)
             if inspect.isawaitable(result):
@@ -634,7 +932,7 @@ class Client:
                 return current
             return await self.update(desired)
 
-        return await retry_on_conflict(
+        answer: Obj | R = await retry_on_conflict(
             attempt,
             steps=steps,
             base_delay=base_delay,
@@ -642,6 +940,7 @@ class Client:
             jitter=jitter,
             max_delay=max_delay,
         )
+        return answer
 
     # ----------------------------------------------------------------------------- helpers
 
@@ -762,26 +1061,46 @@ async def ignore_not_found(read: Awaitable[T]) -> T | None:
 
 
 def _delete_target(
-    target: Mapping[str, Any] | str,
-    kind: str | None,
+    target: object,
+    kind: str | Request | None,
     key: Request | None,
     name: str | None,
     namespace: str | None,
-) -> Mapping[str, Any]:
-    if isinstance(target, Mapping):
+) -> tuple[Mapping[str, Any], type[Resource] | None]:
+    if isinstance(target, Mapping | Resource):
         if kind is not None or key is not None or name is not None or namespace is not None:
             raise TypeError(
                 "client.delete takes either an object, or api_version, kind and a key; not both"
             )
-        return target
-    if not isinstance(target, str) or not isinstance(kind, str):
+        return as_body(target)
+    try:
+        cls, api_version, kind, key = split_target(target, kind, key, method="client.delete")
+    except TypeError:
         raise TypeError(
-            "client.delete takes an object, or api_version, kind and a Request or "
-            f"name=/namespace= (got {target!r}, {kind!r})"
-        )
+            "client.delete takes an object, or api_version, kind (or a resource class) and a "
+            f"Request or name=/namespace= (got {target!r}, {kind!r})"
+        ) from None
     namespace, name = resolve_key(key, name, namespace, method="client.delete")
     meta = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
-    return {"apiVersion": target, "kind": kind, "metadata": meta}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}, cls
+
+
+@overload
+def _typed(cls: None, answer: Obj) -> Obj: ...
+
+
+@overload
+def _typed(cls: type[R], answer: Obj) -> R: ...
+
+
+def _typed(cls: type[R] | None, answer: Obj) -> Any:
+    """The answer of a write, as the class of what was written (a dict stays a dict)."""
+    return answer if cls is None else adopt(cls, answer)
+
+
+def msgspec_builtins(value: Schema) -> Any:
+    """A typed part (a status, a spec) as JSON data."""
+    return msgspec.to_builtins(value)
 
 
 def _require_resource_version(obj: Mapping[str, Any], verb: str) -> None:

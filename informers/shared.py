@@ -315,6 +315,22 @@ class SharedInformer:
         log.exception("%s: event handler failed on %r; the watch goes on", self.description, delta)
 
 
+def kind_of(api_version: str | type, kind: str | None) -> tuple[str, str]:
+    """``(api_version, kind)`` from two strings, or from a class that carries both as
+    attributes (a typed resource class); ``TypeError`` otherwise."""
+    if isinstance(api_version, str):
+        if not isinstance(kind, str):
+            raise TypeError(f"after the api_version {api_version!r} comes the kind, a string")
+        return api_version, kind
+    version, name = getattr(api_version, "api_version", None), getattr(api_version, "kind", None)
+    if kind is not None or not isinstance(version, str) or not isinstance(name, str):
+        raise TypeError(
+            "an informer is for api_version and kind strings, or for a class with "
+            f"api_version and kind attributes (a typed resource), not {api_version!r}"
+        )
+    return version, name
+
+
 class InformerFactory:
     """Creates and shares informers: one per :class:`InformerKey`.
 
@@ -338,8 +354,8 @@ class InformerFactory:
 
     async def informer(
         self,
-        api_version: str,
-        kind: str,
+        api_version: str | type,
+        kind: str | None = None,
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -356,7 +372,11 @@ class InformerFactory:
 
         ``indexers`` only take effect for the call that creates the informer; a later call
         asking for an index the existing informer lacks raises ``ValueError``.
+
+        A class with ``api_version`` and ``kind`` attributes (a typed resource) may stand for
+        both: ``factory.informer(Task)``.
         """
+        api_version, kind = kind_of(api_version, kind)
         resource = await self.discovery.resolve(api_version, kind)
         key = InformerKey(
             resource.group_resource,

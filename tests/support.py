@@ -46,7 +46,8 @@ async def watch_until(
 
 
 def condition_true(obj: Mapping[str, Any], condition_type: str) -> bool:
-    conditions = obj.get("status", {}).get("conditions", [])
+    # A CRD's first events may carry "conditions": null (the controllers have not set any).
+    conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == condition_type and c.get("status") == "True" for c in conditions)
 
 

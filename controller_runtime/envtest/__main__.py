@@ -4,6 +4,9 @@
     python -m controller_runtime.envtest run     # start, install CRDs, print how to reach it
     python -m controller_runtime.envtest build --node   # also the node's binaries
     python -m controller_runtime.envtest run --node     # a one-node cluster that runs Pods
+    python -m controller_runtime.envtest run --storage kine-postgres   # kine on PostgreSQL
+    python -m controller_runtime.envtest run --storage-override /events=kine-sqlite
+    python -m controller_runtime.envtest build --kine   # also kine (etcd API over SQL)
 
 ``run`` keeps the control plane up until interrupted (Ctrl-C or SIGTERM) and then tears it
 down, leaving no process or temporary directory behind.
@@ -23,6 +26,7 @@ from controller_runtime.envtest.binaries import (
     BinaryError,
     bin_dir,
     find_binaries,
+    find_kine,
 )
 from controller_runtime.envtest.controlplane import (
     DEFAULT_CRD_DIRECTORY,
@@ -38,6 +42,7 @@ from controller_runtime.envtest.node.cluster import (
     preflight,
 )
 from controller_runtime.envtest.node.images import ImageError
+from controller_runtime.envtest.storage import BACKENDS, StorageError, default_storage
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.add_argument(
         "--node", action="store_true", help="also the node's binaries and its pause image"
+    )
+    build.add_argument(
+        "--kine", action="store_true", help="also kine, for the kine-sqlite/kine-postgres storage"
     )
     run = commands.add_parser("run", help="start it and keep it running until interrupted")
     run.add_argument(
@@ -78,7 +86,34 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=true|false",
         help="an API server feature gate, e.g. ShardedListAndWatch=true (repeatable)",
     )
+    run.add_argument(
+        "--storage",
+        choices=BACKENDS,
+        default=None,
+        help="where the API server keeps its objects (default: $CRPY_ENVTEST_STORAGE or etcd); "
+        "kine-postgres starts a throwaway PostgreSQL server",
+    )
+    run.add_argument(
+        "--storage-override",
+        dest="storage_overrides",
+        action="append",
+        type=_override,
+        default=[],
+        metavar="GROUP/RESOURCE=BACKEND",
+        help="keep one built-in resource on another backend, e.g. /events=kine-postgres "
+        "(the core group is empty; custom resources cannot be moved; repeatable)",
+    )
     return parser
+
+
+def _override(text: str) -> tuple[str, str]:
+    key, sep, backend = text.rpartition("=")
+    if not sep or "/" not in key or backend not in BACKENDS:
+        raise argparse.ArgumentTypeError(
+            f"expected GROUP/RESOURCE=BACKEND with BACKEND one of {', '.join(BACKENDS)}, "
+            f"got {text!r}"
+        )
+    return key, backend
 
 
 def _gate(text: str) -> tuple[str, bool]:
@@ -116,6 +151,20 @@ def print_access(plane: ControlPlane, kubectl: str | None = None) -> None:
     print(f"             export KUBECONFIG={plane.kubeconfig}", flush=True)
 
 
+def print_storage(plane: ControlPlane) -> None:
+    """Which backend keeps what, and where its etcd API listens."""
+    for backend, process in plane.storage_processes.items():
+        kept = [key for key, b in plane.storage_overrides.items() if b == backend]
+        if backend != plane.storage:
+            what = ", ".join(kept)
+        elif len(kept) < len(plane.storage_overrides):
+            what = "all resources not overridden"
+        else:
+            what = "all resources"
+        extra = f", database {process.database}" if process.database else ""
+        print(f"storage:     {backend} at {process.url} ({what}{extra})", flush=True)
+
+
 def run_node(crds: Path, *, s3: bool = False) -> int:
     """Start a one-node cluster, print how to reach it, wait for a signal, tear it down."""
     try:
@@ -146,10 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--feature-gate is not supported with --node yet")
     if args.command == "run" and args.s3 and not args.node:
         parser.error("--s3 needs --node (the S3 server runs in the node's network namespace)")
+    if args.command == "run" and args.node and (args.storage or args.storage_overrides):
+        parser.error("--storage and --storage-override are not supported with --node yet")
     try:
         if args.command == "build":
             binaries = find_binaries()
             print(f"binaries ready in {bin_dir()}: {binaries.kube_apiserver.name}, etcd, kubectl")
+            if args.kine:
+                print(f"kine ready: {find_kine()}")
             if args.node:
                 node = find_node_binaries()
                 print(f"node binaries ready: {', '.join(sorted(node.paths))}")
@@ -158,14 +211,21 @@ def main(argv: list[str] | None = None) -> int:
             return run_node(args.crds, s3=args.s3)
         started = time.monotonic()
         gates = dict(args.feature_gates)
-        with ControlPlane(crd_directory=args.crds, feature_gates=gates) as plane:
+        plane = ControlPlane(
+            crd_directory=args.crds,
+            feature_gates=gates,
+            storage=args.storage or default_storage(),
+            storage_overrides=dict(args.storage_overrides),
+        )
+        with plane:
             print(f"local control plane ready in {time.monotonic() - started:.1f}s")
             print_access(plane)
+            print_storage(plane)
             print("Ctrl-C stops it.", flush=True)
             wait_for_signal()
             print("stopping ...", flush=True)
         return 0
-    except (BinaryError, ControlPlaneError, ImageError, NodeError) as err:
+    except (BinaryError, ControlPlaneError, ImageError, NodeError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

@@ -13,6 +13,13 @@ Resolution order, per binary (``etcd``, ``kube-apiserver``, ``kubectl``):
 
 If the etcd build fails, Debian's ``etcd-server`` package is the fallback (installed with
 apt-get when running as root).
+
+kine (an etcd API over SQL databases, for the ``kine-sqlite`` and ``kine-postgres`` storage
+of :mod:`controller_runtime.envtest.storage`) is found and built the same way by
+:func:`find_kine`, on demand: ``$KUBEBUILDER_ASSETS/kine`` when present, else the cache
+directory under ``bin/kine-<version>/``, else a build from ``gomod/kine``. It is built with
+``CGO_ENABLED=0``, so its SQLite driver is modernc.org/sqlite (SQLite translated to Go), not
+mattn/go-sqlite3: no C compiler is needed.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ KUBERNETES_VERSION = "1.36.3"
 
 ETCD_VERSION = "3.6.16"
 """The etcd release built from ``go.etcd.io/etcd/server/v3``."""
+
+KINE_VERSION = "0.17.5"
+"""The kine release built from ``github.com/k3s-io/kine``."""
 
 GOMOD_DIR = Path(__file__).with_name("gomod")
 
@@ -74,6 +84,43 @@ def cache_root() -> Path:
 def bin_dir() -> Path:
     """Where built binaries live: one directory per pinned version pair."""
     return cache_root() / "bin" / f"k8s-{KUBERNETES_VERSION}_etcd-{ETCD_VERSION}"
+
+
+def kine_dir() -> Path:
+    """Where the built kine lives."""
+    return cache_root() / "bin" / f"kine-{KINE_VERSION}"
+
+
+def find_kine(*, build: bool = True, progress: Progress = _stderr) -> Path:
+    """Locate kine, building it when missing and ``build`` is true (several minutes, once).
+
+    Raises :class:`BinaryError` with what to do when it cannot be had.
+    """
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets and _is_executable(Path(assets) / "kine"):
+        return Path(assets) / "kine"
+    target = kine_dir()
+    kine = target / "kine"
+    if _is_executable(kine):
+        return kine
+    if not build:
+        raise BinaryError(
+            f"kine is not built yet in {target}; run `python -m controller_runtime.envtest "
+            "build --kine` (or put a kine binary in $KUBEBUILDER_ASSETS)"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    with _build_lock(target):
+        if not _is_executable(kine):
+            go_build(
+                module="kine",
+                packages=["github.com/k3s-io/kine"],
+                outputs=["kine"],
+                target=target,
+                ldflags=f"-s -w -X github.com/k3s-io/kine/pkg/version.Version=v{KINE_VERSION}",
+                label=f"kine v{KINE_VERSION}",
+                progress=progress,
+            )
+    return kine
 
 
 def find_binaries(*, build: bool = True, progress: Progress = _stderr) -> Binaries:

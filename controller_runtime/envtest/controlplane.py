@@ -1,8 +1,11 @@
 """A real etcd and kube-apiserver on loopback, for tests and local runs (like envtest).
 
+The storage is etcd by default, or kine over SQLite or PostgreSQL, for all resources or for
+chosen ones (``storage=``, ``storage_overrides=``; :mod:`controller_runtime.envtest.storage`).
+
 Guarantees:
 
-* Both processes bind to 127.0.0.1 on free ports and keep their state in one temporary
+* All processes bind to 127.0.0.1 on free ports and keep their state in one temporary
   directory, removed by :meth:`ControlPlane.stop`.
 * The children are started with ``PR_SET_PDEATHSIG``, so they die with the process that
   started them, even on ``SIGKILL``; directories left behind by a killed run are swept at the
@@ -42,8 +45,20 @@ from typing import Any
 
 import yaml
 
-from controller_runtime.envtest.binaries import Binaries, find_binaries
+from controller_runtime.envtest.binaries import Binaries, find_binaries, find_kine
 from controller_runtime.envtest.certs import CertificateAuthority, service_account_signing_key
+from controller_runtime.envtest.storage import (
+    ETCD,
+    KINE_POSTGRES,
+    OwnedPostgres,
+    PostgresServer,
+    StorageProcess,
+    check_overrides,
+    check_storage,
+    default_storage,
+    servers_overrides_flag,
+    start_local_postgres,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,17 +176,30 @@ class ControlPlane:
     ``feature_gates`` (``{"ShardedListAndWatch": True}``) become ``--feature-gates``
     (an explicit ``--feature-gates`` in ``extra_apiserver_args`` wins); they are ignored for
     an existing cluster, whose gates are what they are.
+
+    ``storage`` is ``"etcd"`` (default, unless ``$CRPY_ENVTEST_STORAGE`` names another),
+    ``"kine-sqlite"`` or ``"kine-postgres"``; ``storage_overrides``
+    (``{"/events": "kine-postgres"}``) send chosen built-in resources to another backend
+    through ``--etcd-servers-overrides`` (custom resources cannot be moved so: the API
+    server ignores the flag for them, and the control plane refuses such an override).
+    ``kine-postgres`` keeps its database in ``postgres`` when given (any object with ``host``,
+    ``port``, ``user``, ``password``, e.g. a
+    :class:`~controllers.postgres.localserver.LocalPostgres` shared by several control
+    planes), else in a throwaway local server the control plane starts and stops. Both are
+    ignored for an existing cluster. See :mod:`controller_runtime.envtest.storage`.
     """
 
     crd_directory: Path | None = DEFAULT_CRD_DIRECTORY
     extra_apiserver_args: Mapping[str, str] = field(default_factory=dict)
-    extra_etcd_args: Mapping[str, str] = field(default_factory=dict)
-    """etcd flags added to (and winning over) the defaults, e.g.
-    ``{"--quota-backend-bytes": str(8 * 2**30)}`` for a store above etcd's 2 GiB default."""
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     start_timeout: float = 60.0
     existing_cluster: bool = field(default_factory=use_existing_cluster)
     binaries: Binaries | None = None
+    storage: str = field(default_factory=default_storage)
+    storage_overrides: Mapping[str, str] = field(default_factory=dict)
+    storage_args: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """More flags per backend name, e.g. ``{"etcd": ["--quota-backend-bytes=8589934592"]}``."""
+    postgres: PostgresServer | None = None
     node_address: str | None = None
     """Set by the local node (:mod:`controller_runtime.envtest.node`): the API server binds
     this address instead of 127.0.0.1, with ServiceAccount admission on, ``Node,RBAC``
@@ -181,11 +209,14 @@ class ControlPlane:
     kubeconfig: Path = field(init=False)
     server: str = field(init=False, default="")
     etcd_url: str = field(init=False, default="")
+    """The client URL of the main storage (etcd's, or kine's etcd API)."""
+    storage_processes: dict[str, StorageProcess] = field(init=False, default_factory=dict)
+    """The running storage servers by backend name: the main one and those of overrides."""
     admin_token: str = field(init=False, default="", repr=False)
     """A bearer token of an admin (``system:masters``) on the local control plane, for tests of
     token-based authentication (static token file; empty on an existing cluster)."""
     _ca: CertificateAuthority | None = field(init=False, default=None)
-    _etcd: _Process | None = field(init=False, default=None)
+    _owned_postgres: OwnedPostgres | None = field(init=False, default=None, repr=False)
     _apiserver: _Process | None = field(init=False, default=None)
     _admin_ssl: ssl.SSLContext | None = field(init=False, default=None)
     _started: bool = field(init=False, default=False)
@@ -203,6 +234,8 @@ class ControlPlane:
         """Start (or connect to) the control plane and install the CRDs."""
         if self._started:
             return
+        check_storage(self.storage)
+        self.storage_overrides = check_overrides(self.storage_overrides)
         _sweep_stale_directories()
         self.workdir = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX))
         (self.workdir / "owner.pid").write_text(str(os.getpid()))
@@ -222,19 +255,41 @@ class ControlPlane:
         """Stop the processes and remove the temporary directory. Safe to call twice."""
         if self._apiserver is not None:
             self._apiserver.stop()
-        if self._etcd is not None:
-            self._etcd.stop()
+        for process in self.storage_processes.values():
+            process.remove()
+        self.storage_processes = {}
+        if self._owned_postgres is not None:
+            self._owned_postgres.stop()
+            self._owned_postgres = None
         if self._started:
             shutil.rmtree(self.workdir, ignore_errors=True)
         self._started = False
 
     def pids(self) -> list[int]:
-        """Process ids of the running children (empty for an existing cluster)."""
-        return [
-            proc.popen.pid
-            for proc in (self._etcd, self._apiserver)
-            if proc is not None and proc.popen is not None and proc.running()
-        ]
+        """Process ids of the running children (empty for an existing cluster): the storage
+        servers and the API server (a PostgreSQL server the control plane started included,
+        its postmaster only: see :meth:`storage_pids`)."""
+        pids = [pid for pid in self.storage_pids().values() if pid is not None]
+        if self._apiserver is not None and self._apiserver.popen and self._apiserver.running():
+            pids.append(self._apiserver.popen.pid)
+        return pids
+
+    def storage_pids(self) -> dict[str, int | None]:
+        """Process ids by role: ``etcd``/``kine`` per backend name, and ``postgres`` (the
+        postmaster of a server this control plane started; its per-connection backends are
+        its children)."""
+        pids: dict[str, int | None] = {
+            name: process.pid for name, process in self.storage_processes.items()
+        }
+        if self._owned_postgres is not None:
+            pids["postgres"] = self._owned_postgres.pid
+        return pids
+
+    def apiserver_pid(self) -> int | None:
+        """The API server's process id while it runs (None for an existing cluster)."""
+        if self._apiserver is None or self._apiserver.popen is None:
+            return None
+        return self._apiserver.popen.pid if self._apiserver.running() else None
 
     # -- local processes -------------------------------------------------------------------
 
@@ -271,32 +326,20 @@ class ControlPlane:
             f'{self.admin_token},envtest-token-admin,envtest-token-admin,"system:masters"\n'
         )
 
-        etcd_port, etcd_peer_port, api_port = _free_port(), _free_port(), _free_port()
-        self.etcd_url = f"http://127.0.0.1:{etcd_port}"
+        api_port = _free_port()
         self.server = f"https://{self.node_address or '127.0.0.1'}:{api_port}"
-        self._etcd = _Process(
-            "etcd",
-            [
-                str(binaries.etcd),
-                f"--data-dir={self.workdir / 'etcd'}",
-                f"--listen-client-urls={self.etcd_url}",
-                f"--advertise-client-urls={self.etcd_url}",
-                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}",
-                f"--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}",
-                *(
-                    f"{flag}={value}"
-                    for flag, value in {
-                        "--unsafe-no-fsync": "true",
-                        "--log-level": "warn",
-                        **self.extra_etcd_args,
-                    }.items()
-                ),
-            ],
-            self.workdir / "etcd.log",
+        self._prepare_storage(binaries)
+        self.etcd_url = self.storage_processes[self.storage].url
+        overrides = {
+            key: self.storage_processes[backend].url
+            for key, backend in self.storage_overrides.items()
+        }
+        override_args = (
+            {"--etcd-servers-overrides": servers_overrides_flag(overrides)} if overrides else {}
         )
         args = {
             "--etcd-servers": self.etcd_url,
+            **override_args,
             "--bind-address": "127.0.0.1",
             "--advertise-address": "127.0.0.1",
             "--secure-port": str(api_port),
@@ -330,9 +373,29 @@ class ControlPlane:
         self._admin_ssl.load_cert_chain(str(admin_cert), str(admin_key))
         self.kubeconfig = self._write_kubeconfig("envtest-admin", admin.cert_pem, admin.key_pem)
 
-        self._etcd.start()
+        for process in self.storage_processes.values():
+            process.start()
         self._apiserver.start()
         self._wait_ready()
+
+    def _prepare_storage(self, binaries: Binaries) -> None:
+        """One storage process per backend named by ``storage`` and the overrides."""
+        backends = dict.fromkeys([self.storage, *self.storage_overrides.values()])
+        kine = find_kine() if any(b != ETCD for b in backends) else None
+        postgres = self.postgres
+        if KINE_POSTGRES in backends and postgres is None:
+            self._owned_postgres = start_local_postgres()
+            postgres = self._owned_postgres
+        for backend in backends:
+            executable = binaries.etcd if backend == ETCD else kine
+            assert executable is not None
+            self.storage_processes[backend] = StorageProcess(
+                backend,
+                self.workdir,
+                executable,
+                postgres=postgres,
+                extra_args=tuple(self.storage_args.get(backend, ())),
+            )
 
     def _node_args(self, pki: Path) -> dict[str, str]:
         assert self._ca is not None and self.node_address is not None
@@ -353,7 +416,7 @@ class ControlPlane:
         deadline = time.monotonic() + self.start_timeout
         last_error = "no answer yet"
         while time.monotonic() < deadline:
-            for proc in (self._etcd, self._apiserver):
+            for proc in (*self.storage_processes.values(), self._apiserver):
                 if proc is not None and not proc.running():
                     raise ControlPlaneError(
                         f"{proc.name} exited during start-up; last lines of its log:\n"
@@ -374,7 +437,7 @@ class ControlPlane:
         )
 
     def stop_apiserver(self) -> None:
-        """Stop only the API server (etcd keeps the data), e.g. to test a restart."""
+        """Stop only the API server (the storage keeps the data), e.g. to test a restart."""
         if self._apiserver is None:
             raise ControlPlaneError("stop_apiserver needs a local control plane")
         self._apiserver.stop()
@@ -431,6 +494,7 @@ class ControlPlane:
         served. Returns the CRD names."""
         files = sorted(source.glob("*.yaml")) if isinstance(source, Path) else list(source)
         crds: list[dict[str, Any]] = []
+        with_crds: list[Path] = []  # a CRD directory may hold a kustomization.yaml too
         for path in files:
             for document in yaml.safe_load_all(path.read_text()):
                 if (
@@ -438,9 +502,11 @@ class ControlPlane:
                     and document.get("kind") == "CustomResourceDefinition"
                 ):
                     crds.append(document)
+                    if path not in with_crds:
+                        with_crds.append(path)
         if not crds:
             return []
-        for path in files:
+        for path in with_crds:
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
         names = [crd["metadata"]["name"] for crd in crds]
         self.kubectl(

@@ -19,7 +19,8 @@ A plain dict cannot tell whether its kind is namespaced, so the callers say so
 
 Two references designate the same owner when group, kind and name match (the version is
 ignored, as in controller-runtime); setting a reference again refreshes it (a recreated owner
-has a new UID).
+has a new UID). An owner may be a typed resource (:mod:`controller_runtime.resource`) as well as
+a dict.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from typing import Any
+
+from controller_runtime.resource import Resource
 
 OwnerReference = dict[str, Any]
 
@@ -60,6 +63,11 @@ class CrossNamespaceOwnerError(OwnerReferenceError):
 
 class ClusterScopedDependentError(OwnerReferenceError):
     """A namespaced owner of a cluster-scoped dependent."""
+
+
+def _owner_mapping(owner: Mapping[str, Any] | Resource) -> Mapping[str, Any]:
+    """An owner as a dict: a typed resource (:mod:`controller_runtime.resource`) may be one."""
+    return owner.to_dict() if isinstance(owner, Resource) else owner
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -168,7 +176,7 @@ def _upsert(obj: dict[str, Any], ref: OwnerReference) -> bool:
 
 
 def set_controller_reference(
-    owner: Mapping[str, Any],
+    owner: Mapping[str, Any] | Resource,
     obj: dict[str, Any],
     *,
     owner_namespaced: bool,
@@ -185,6 +193,7 @@ def set_controller_reference(
     Raises :class:`AlreadyOwnedError` if another owner is already the controller, and the
     scope errors of :func:`validate_owner`. Nothing is changed when it raises.
     """
+    owner = _owner_mapping(owner)
     ref = _reference_to(owner)
     validate_owner(owner, obj, owner_namespaced=owner_namespaced, obj_namespaced=obj_namespaced)
     existing = get_controller_of(obj)
@@ -196,7 +205,7 @@ def set_controller_reference(
 
 
 def set_owner_reference(
-    owner: Mapping[str, Any],
+    owner: Mapping[str, Any] | Resource,
     obj: dict[str, Any],
     *,
     owner_namespaced: bool,
@@ -209,6 +218,7 @@ def set_owner_reference(
     controller keeps its ``controller`` and ``blockOwnerDeletion`` flags (silently demoting a
     controller would orphan the object from its controller's point of view).
     """
+    owner = _owner_mapping(owner)
     ref = _reference_to(owner)
     validate_owner(owner, obj, owner_namespaced=owner_namespaced, obj_namespaced=obj_namespaced)
     for existing in _meta(obj).get("ownerReferences") or ():
@@ -219,9 +229,10 @@ def set_owner_reference(
     return _upsert(obj, ref)
 
 
-def remove_owner_reference(owner: Mapping[str, Any], obj: dict[str, Any]) -> bool:
+def remove_owner_reference(owner: Mapping[str, Any] | Resource, obj: dict[str, Any]) -> bool:
     """Remove every reference from ``obj`` to ``owner`` (controller or not); return whether
     one was removed. ``ownerReferences`` is dropped when it becomes empty."""
+    owner = _owner_mapping(owner)
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not meta.get("ownerReferences"):
         return False
@@ -253,8 +264,9 @@ def has_controller_reference(obj: Mapping[str, Any]) -> bool:
     return get_controller_of(obj) is not None
 
 
-def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any] | Resource) -> bool:
     """Whether ``owner`` (this very object: compared by UID) is ``obj``'s controller."""
+    owner = _owner_mapping(owner)
     ref = get_controller_of(obj)
     uid = _meta(owner).get("uid")
     return ref is not None and bool(uid) and ref.get("uid") == uid

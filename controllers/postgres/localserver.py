@@ -117,6 +117,7 @@ class LocalPostgres:
     port: int = 0
     user: str = "postgres"
     password: str = field(default="", repr=False)
+    max_connections: int = 50
     workdir: Path | None = None
     _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _ids: tuple[int, int] | None = field(default=None, repr=False)
@@ -228,7 +229,7 @@ class LocalPostgres:
                     "-c",
                     "synchronous_commit=off",
                     "-c",
-                    "max_connections=50",
+                    f"max_connections={self.max_connections}",
                 ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

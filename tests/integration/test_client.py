@@ -153,9 +153,9 @@ async def test_every_keyed_method_takes_a_request_or_keywords_and_refuses_positi
         # "not found".
         for swapped in ((namespace, "keyed"), ("keyed", namespace)):
             with pytest.raises(TypeError):
-                await read("v1", "ConfigMap", *swapped)  # type: ignore[call-arg, arg-type]
+                await read("v1", "ConfigMap", *swapped)  # type: ignore[call-overload]
         with pytest.raises(TypeError, match="name="):
-            await read("v1", "ConfigMap", "keyed")  # type: ignore[arg-type]
+            await read("v1", "ConfigMap", "keyed")  # type: ignore[call-overload]
     assert cache.get("v1", "ConfigMap", request)["metadata"]["name"] == "keyed"
 
     def bump(obj: dict[str, Any]) -> None:

@@ -25,10 +25,14 @@ from typing import Any
 
 import pytest
 
-from controller_runtime import Client, ManagerOptions, NotFoundError
+from controller_runtime import Client, InvalidError, Manager, ManagerOptions, NotFoundError
 from controller_runtime.cache import Cache, InformerFactory
 from controller_runtime.client import Transport
+from controller_runtime.config import load_kubeconfig
+from controller_runtime.crdgen import crd_documents, render_all
 from controller_runtime.envtest import ControlPlane
+from controller_runtime.rbac import cluster_role, record
+from controller_runtime.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -233,3 +237,54 @@ async def test_the_task_example_keeps_a_summary_and_the_status(  # noqa: PLR0917
     finally:
         await stop(run)
     assert '"controller":"task-summary"' in capsys.readouterr().err
+
+
+async def test_the_widget_example_keeps_a_configmap_and_its_status(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    widget = load("widget.py")
+    ((name, _, _),) = crd_documents([widget.Widget])
+    (tmp_path / name).write_text(render_all([widget.Widget])[name])
+    control_plane.install_crds(tmp_path)
+    config = await load_kubeconfig(control_plane.kubeconfig)
+    options = ManagerOptions(
+        namespaces=[namespace], metrics_bind_address=None, health_probe_bind_address=None
+    )
+    async with Manager(config, options) as manager:
+        await widget.setup(manager)
+        run = asyncio.create_task(manager.run())
+        try:
+            client = manager.client
+            body = widget.Widget(spec=widget.WidgetSpec(size=3, color="red"))
+            body.metadata.name, body.metadata.namespace = "w", namespace
+            created = await client.create(body)
+            done = await wait_for(
+                client,
+                widget.Widget,
+                name="w",
+                namespace=namespace,
+                until=lambda w: w.status.observed_generation == created.metadata.generation,
+            )
+            assert done.status.config_map == "w-widget"
+            configmap = await client.live.get(
+                "v1", "ConfigMap", name="w-widget", namespace=namespace
+            )
+            assert configmap["data"] == {"size": "3", "color": "red"}
+            assert configmap["metadata"]["ownerReferences"][0]["uid"] == created.metadata.uid
+            # The CEL rule, enforced by the API server.
+            big = widget.Widget(spec=widget.WidgetSpec(size=20))
+            big.metadata.name, big.metadata.namespace = "big", namespace
+            with pytest.raises(InvalidError, match="big widgets are blue"):
+                await client.create(big)
+        finally:
+            manager.request_stop()
+            await asyncio.wait_for(run, 60)
+
+
+async def test_the_widget_example_generates_its_rbac() -> None:
+    widget = load("widget.py")
+    (recorded,) = await record([widget.setup])
+    assert recorded.watched == (("shop.example.com", "widgets"), ("", "configmaps"))
+    text = cluster_role("widget", [recorded])
+    assert "    resources: [widgets/finalizers, widgets/status]\n    verbs: [update]\n" in text
+    assert "  # its status; blockOwnerDeletion\n" in text

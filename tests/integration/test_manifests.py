@@ -240,7 +240,7 @@ def test_the_rendered_manifests_validate_against_the_kubernetes_schemas(
     } <= kinds
     (deployment,) = of_kind(rendered, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == "controller-runtime-py/operator:0.1.0"
+    assert container["image"] == "controller-runtime-py/operator:0.2.0"
 
 
 def test_the_crds_are_accepted_by_the_api_server(plane: ControlPlane, tmp_path: Path) -> None:
@@ -256,7 +256,7 @@ def test_the_crds_are_accepted_by_the_api_server(plane: ControlPlane, tmp_path: 
     assert all(f"customresourcedefinition.apiextensions.k8s.io/{n} " in out for n in crds), out
 
     # The check can fail: a schema the API server refuses (not structural) is reported.
-    broken = yaml.safe_load((MANIFESTS / "crds" / "tasks.crpy.io.yaml").read_text())
+    broken = yaml.safe_load((MANIFESTS / "crds" / "tasks.crpy.io_tasks.yaml").read_text())
     broken["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["type"] = (
         "objekt"
     )

@@ -19,8 +19,10 @@ The images (names as the kubelet sees them):
   PostgreSQL 15 only.
 * ``docker.io/crpy/aws-cli:bookworm`` -- Debian's ``awscli`` (``aws s3 cp``) for backup Jobs.
 * ``docker.io/controller-runtime-py/operator:<tag>`` -- the operator: Debian's Python 3.11 and
-  a virtualenv at ``/opt/operator`` with the project's wheel and its dependencies, run as
-  65532 with ``python -m controllers`` (the contents of the Dockerfile's image).
+  a virtualenv at ``/opt/operator`` with the library's wheel, the operator's package
+  (``controllers/``, from the source tree: it is not in the library's wheel) and their
+  dependencies, run as 65532 with ``python -m controllers`` (the contents of the
+  Dockerfile's image).
 
 Caveat: building needs root, mmdebstrap and the Debian and PyPI package servers.
 """
@@ -50,6 +52,7 @@ from controller_runtime.envtest.binaries import BinaryError, Progress, _stderr, 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 IMAGE_FILES = Path(__file__).with_name("imagefiles")
 _OPERATOR_SOURCES = ("kubeclient", "informers", "controller_runtime", "controllers")
+_SITE_PACKAGES = "/opt/operator/lib/python3.11/site-packages"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10-crpy"
 POSTGRES_IMAGE = "docker.io/library/postgres:15"
 AWS_CLI_IMAGE = "docker.io/crpy/aws-cli:bookworm"
@@ -186,6 +189,10 @@ def operator_image(tag: str) -> ImageSpec:
             + " ".join(shlex.quote(r) for r in requirements),
             'chroot "$1" /opt/operator/bin/pip install --quiet --no-cache-dir --no-index '
             "--disable-pip-version-check --no-deps /tmp/wheels/{wheel_name}",
+            # The operator is not in the library's wheel: its package from the source tree.
+            f'mkdir -p "$1{_SITE_PACKAGES}/controllers"',
+            f"sync-in {{controllers}} {_SITE_PACKAGES}/controllers",
+            f'chroot "$1" /opt/operator/bin/python -m compileall -q {_SITE_PACKAGES}/controllers',
             'chroot "$1" /opt/operator/bin/python -c "import controllers.app, uvloop"',
             'chroot "$1" /opt/operator/bin/python -m pip uninstall --yes --quiet pip setuptools'
             " || true",
@@ -261,7 +268,11 @@ def _mmdebstrap(spec: ImageSpec, layer: Path, work: Path) -> None:
         wheels = work / "wheels"
         wheel = _build_wheel(wheels)
         _download_wheels(wheels, _operator_requirements())
-        hooks = [hook.format(wheels=wheels, wheel_name=wheel.name) for hook in hooks]
+        controllers = _operator_sources(work)
+        hooks = [
+            hook.format(wheels=wheels, wheel_name=wheel.name, controllers=controllers)
+            for hook in hooks
+        ]
     command = [
         "mmdebstrap",
         "--variant=minbase",
@@ -420,9 +431,21 @@ def _sources_hash() -> str:
 
 
 def _operator_requirements() -> Sequence[str]:
+    """The library's dependencies and the operator's (the dependency group ``operator``)."""
     with open(REPOSITORY_ROOT / "pyproject.toml", "rb") as handle:
-        deps: list[str] = tomllib.load(handle)["project"]["dependencies"]
-    return deps
+        project = tomllib.load(handle)
+    deps: list[str] = project["project"]["dependencies"]
+    operator: list[str] = project["dependency-groups"]["operator"]
+    return [*deps, *operator]
+
+
+def _operator_sources(work: Path) -> Path:
+    """A copy of ``controllers/`` without bytecode caches, to sync into the image."""
+    target = work / "controllers"
+    shutil.copytree(
+        REPOSITORY_ROOT / "controllers", target, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return target
 
 
 @contextlib.contextmanager

@@ -91,7 +91,7 @@ class LaggingClient(Client):
         versions = self.history.get((kind, namespace, name), [])
         return versions[-2] if len(versions) >= 2 else None
 
-    async def get(
+    async def get(  # type: ignore[override]  # the dict form only
         self,
         api_version: str,
         kind: str,
@@ -109,7 +109,7 @@ class LaggingClient(Client):
             raise NotFoundError(404, "NotFound", f"{kind} {name} not found (lagging cache)")
         return dict(obj)
 
-    async def list(
+    async def list(  # type: ignore[override]  # the dict form only
         self,
         api_version: str,
         kind: str,

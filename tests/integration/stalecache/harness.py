@@ -212,7 +212,7 @@ class TrackingClient(Client):
                     f"older than its own earlier write {written.rv}"
                 )
 
-    async def get(
+    async def get(  # type: ignore[override]  # the dict form only
         self,
         api_version: str,
         kind: str,
@@ -226,7 +226,9 @@ class TrackingClient(Client):
         self._check([obj])
         return obj
 
-    async def list(self, api_version: str, kind: str, **kwargs: Any) -> list[Obj]:
+    async def list(  # type: ignore[override]  # the dict form only
+        self, api_version: str, kind: str, **kwargs: Any
+    ) -> list[Obj]:
         objs = await super().list(api_version, kind, **kwargs)
         self._check(objs)
         return objs

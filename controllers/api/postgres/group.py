@@ -1,0 +1,4 @@
+"""The PostgreSQL API group."""
+
+GROUP = "postgres.crpy.io"
+VERSION = "v1alpha1"

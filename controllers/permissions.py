@@ -1,0 +1,161 @@
+"""What the operator's controllers may do: ``manifests/rbac/`` is generated from this.
+
+``make manifests`` runs every controller's setup against a manager that never connects
+(:func:`controller_runtime.rbac.record`): what each one *watches* (its builder's ``for_``,
+``owns`` and ``watches``) becomes ``list`` and ``watch``. What it does beyond that is
+declared here, per controller, each rule with the reason it is needed; the reason becomes the
+comment above the rule. ``tests/integration/test_manifests.py`` runs the real operator under
+the generated role and fails if a request is denied or a granted rule is never used, so a
+rule here that the code stops needing fails it too.
+
+Conventions (``docs/deploy.md`` explains each rule): cached kinds are never read live
+(no ``get``) unless the code does read them live; subresources get rules of their own
+(status: the verbs used; finalizers: ``update``, checked by admission when a controller sets
+``blockOwnerDeletion`` in an owner reference); no wildcards.
+"""
+
+from __future__ import annotations
+
+from controller_runtime import ControllerOptions, Manager
+from controller_runtime.rbac import Rule, Section, allow
+from controllers.api import Task
+
+PG = "postgres.crpy.io"
+
+
+async def setup_all(manager: Manager) -> None:
+    """Every controller the operator can run, on ``manager`` (what the role must cover)."""
+    from controllers.app import CONTROLLERS  # noqa: PLC0415 (app imports the controllers)
+
+    for setup in CONTROLLERS.values():
+        await setup(manager, ControllerOptions())
+
+
+_FINALIZER = "finalizer: added and removed with JSON patches, and re-read live before cleanup"
+_BLOCK_OWNER = "blockOwnerDeletion on the owner references of what it creates"
+
+DECLARED: dict[str, tuple[Rule, ...]] = {
+    "task": (
+        allow(
+            Task,
+            "patch",
+            subresource="status",
+            why="a merge patch of status (state, conditions, observedGeneration)",
+        ),
+    ),
+    "postgresinstance": (
+        allow(f"postgresinstances.{PG}", "get", "patch", why=_FINALIZER),
+        allow(f"postgresinstances.{PG}/status", "patch", why="its status"),
+        allow(f"postgresinstances.{PG}/finalizers", "update", why=_BLOCK_OWNER),
+        allow(
+            "statefulsets.apps",
+            "create",
+            "patch",
+            why="what an in-cluster instance renders (server-side apply: create, then patch)",
+        ),
+        allow("services", "create", "patch", why="the instance's Services (applied)"),
+        allow("configmaps", "create", "patch", why="the instance's configuration (applied)"),
+        allow(
+            "poddisruptionbudgets.policy",
+            "create",
+            "patch",
+            "delete",
+            why="applied for replicas; deleted when scaled back to one replica",
+        ),
+        allow("jobs.batch", "create", why="the restore Job of an instance made from a backup"),
+        allow(f"backups.{PG}", "get", why="a restore reads its Backup live"),
+        allow(
+            "secrets",
+            "get",
+            "create",
+            why="superuser Secrets: created, and read live (Secrets are never cached)",
+        ),
+        allow(
+            "pods",
+            "list",
+            why="while an instance is not Ready its Pods are listed live (an image that "
+            "cannot be pulled shows only in their container statuses); never cached",
+        ),
+        allow(
+            "persistentvolumeclaims",
+            "list",
+            "delete",
+            why="deletionPolicy: Delete removes an instance's volume claims",
+        ),
+    ),
+    "postgresuser": (
+        allow(f"postgresusers.{PG}", "get", "patch", why=_FINALIZER),
+        allow(f"postgresusers.{PG}/status", "patch", why="its status"),
+        allow("secrets", "get", why="the superuser's credentials, read live"),
+    ),
+    "servicebinding": (
+        allow(f"servicebindings.{PG}", "get", "patch", why=_FINALIZER),
+        allow(f"servicebindings.{PG}/status", "patch", why="its status"),
+        allow(f"servicebindings.{PG}/finalizers", "update", why=_BLOCK_OWNER),
+        allow(
+            f"postgresusers.{PG}",
+            "get",
+            "create",
+            "patch",
+            "delete",
+            why="its PostgresUser: applied (created), read live and deleted while the "
+            "binding is deleted",
+        ),
+        allow(
+            "secrets",
+            "get",
+            "create",
+            "patch",
+            "delete",
+            why="the binding Secret: created, updated and deleted; read live",
+        ),
+    ),
+    "backup": (
+        allow(
+            f"backups.{PG}",
+            "get",
+            "patch",
+            why="its finalizer (delete-object) patched on; read live before creating its Job",
+        ),
+        allow(f"backups.{PG}/status", "patch", why="its status"),
+        allow(f"backups.{PG}/finalizers", "update", why=_BLOCK_OWNER),
+        allow(
+            "jobs.batch",
+            "get",
+            "create",
+            "delete",
+            why="backup Jobs; a deleted Backup's running Job is stopped, and the Job that "
+            "deletes its object is read live and removed once finished",
+        ),
+    ),
+    "backupplan": (
+        allow(f"backups.{PG}", "create", "delete", why="a plan creates and prunes Backups"),
+        allow(f"backupplans.{PG}/status", "patch", why="its status"),
+        allow(f"backupplans.{PG}/finalizers", "update", why=_BLOCK_OWNER),
+    ),
+}
+"""Per controller name: what it needs beyond the ``list``/``watch`` of what it watches."""
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "event recorders (every controller)",
+        (
+            allow(
+                "events.events.k8s.io",
+                "create",
+                "patch",
+                why="an Event, and a patch for each series of repeats",
+            ),
+        ),
+    ),
+)
+"""What no one controller owns."""
+
+HEADER = """\
+What the controllers do to their resources in every namespace: exactly the verbs the code
+uses, no wildcards, one section per controller. tests/integration/test_manifests.py runs the
+operator under this role and fails if a request is denied or if a rule here is never used.
+
+Generated by `make manifests` from controllers/permissions.py (what each controller declares)
+and from what the controllers watch: edit those, then regenerate. Leases (leader election)
+are not here: see leader-election-role.yaml."""

@@ -1,0 +1,56 @@
+"""The storage comparison's command line and tables (no control plane)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.harness import settings_from
+from bench.storage import format_table
+
+
+def test_storage_flags() -> None:
+    s = settings_from(["--storage", "etcd,kine-sqlite", "--storage-sizes", "10,20"])
+    assert s.storage == ("etcd", "kine-sqlite")
+    assert s.storage_sizes == (10, 20)
+    assert s.etcd_quota == 2 * 2**30
+    quick = settings_from(["--storage", "kine-postgres", "--quick"])
+    assert quick.storage_sizes == (1000, 5000)
+    assert settings_from([]).storage_sizes == (10_000, 100_000, 1_000_000)
+
+
+def test_an_unknown_backend_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        settings_from(["--storage", "etcd,mysql"])
+    assert "unknown: mysql" in capsys.readouterr().err
+
+
+def test_the_tables_show_each_backend_and_the_error_that_stopped_it() -> None:
+    ladder = {
+        "scenario": "storage-ladder",
+        "objects": 1000,
+        "create_per_second": 500.0,
+        "list_seconds": 1.5,
+        "page_p50_seconds": 0.01,
+        "page_p99_seconds": 0.05,
+        "apiserver_rss_bytes": 300 * 2**20,
+        "storage_rss_bytes": 100 * 2**20,
+        "postgres_pss_bytes": None,
+        "disk_bytes": 50 * 2**20,
+    }
+    rows = [
+        ladder | {"backend": "etcd", "error": "500 mvcc: database space exceeded"},
+        ladder | {"backend": "kine-postgres", "postgres_pss_bytes": 200 * 2**20},
+        {
+            "scenario": "storage-watch",
+            "backend": "etcd",
+            "updates": 10,
+            "rate": 100.0,
+            "delivered": 10,
+            "p50_seconds": 0.004,
+            "p99_seconds": 0.02,
+        },
+    ]
+    table = format_table(rows)
+    assert "| etcd | 1,000 | 500 | 1.50 | 10 | 50 | 300 | 100 | 50 | 500 mvcc" in table
+    assert "100 + 200 (PostgreSQL PSS)" in table
+    assert "| etcd | 10 | 100 | 10 | 4 | 20 |" in table
