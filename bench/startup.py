@@ -9,8 +9,8 @@ beforehand, not measured):
 - ``go``: the Go peer (``bench/peers/go``), the same Task controller on controller-runtime.
 - ``mirror``: the first controller of docs/controllers.md, run exactly as written there
   (extracted from the page into the results directory), over N ConfigMaps labelled
-  ``app=demo``; each reconcile writes a Secret. It watches every namespace, so the harness
-  deletes its ConfigMaps after each run.
+  ``app=demo``; each reconcile writes a Secret. It watches every namespace (and caches every
+  Secret), so the harness deletes the run's ConfigMaps and Secrets after each run.
 
 Measured from outside, the same way for all: *ready* is the first ``200`` from the process's
 ``/readyz`` (polled every ``POLL`` s; the Python manager and the Go peer are ready once their
@@ -302,8 +302,11 @@ async def run_startup(
         child.stop()
         await observer.stop()
         if implementation == "mirror":
-            path = f"/api/v1/namespaces/{namespace}/configmaps"
-            await transport.request("DELETE", path, params={"labelSelector": "app=demo"})
+            # The mirror watches every namespace (and every Secret): leave nothing of this run
+            # for the next one to list. No garbage collector runs here to remove the Secrets.
+            for kind in ("configmaps", "secrets"):
+                path = f"/api/v1/namespaces/{namespace}/{kind}"
+                await transport.request("DELETE", path)
     first_at = _first(observer)
     ready_seconds = ready - child.started
     first_seconds = first_at - child.started if first_at is not None and n else None
