@@ -554,10 +554,7 @@ class Store:
             raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
         return Prepared(key, self._make_entry(obj, rv), obj, uid)
 
-    # Flat on purpose (the reflector calls it per event): see the comment in the body.
-    def apply(  # noqa: PLR0912
-        self, event_type: EventType, obj: dict[str, Any]
-    ) -> StoreDelta | None:
+    def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
 
         ``ADDED``/``MODIFIED`` store ``obj`` unless the cached copy is at the same or a newer
@@ -571,8 +568,7 @@ class Store:
         that is not a string; the store is unchanged then (also when an index function raises).
         A stale or repeated ``ADDED``/``MODIFIED`` is neither encoded nor indexed.
         """
-        # Flattened (prepare + apply_prepared without the intermediate objects): this is the
-        # reflector's per-event path. Everything that can raise runs before the first change.
+        # Everything that can raise runs before the first change (in _apply, the encoding).
         meta: Any = obj.get("metadata")
         name = meta.get("name") if meta else None
         if not name or type(name) is not str:
@@ -583,43 +579,58 @@ class Store:
         uid = meta.get("uid") or None
         if type(rv) is not str or (uid is not None and type(uid) is not str):
             raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
-        items = self._items
-        stored = items.get(key)
+        return self._apply(event_type, key, rv, uid, obj, None)
+
+    def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
+        """:meth:`apply` for an object already :meth:`prepare`-d."""
+        entry = prepared.entry
+        return self._apply(event_type, prepared.key, entry.rv, prepared.uid, prepared.obj, entry)
+
+    # Positional and flat on purpose: the reflector's per-event path (see the docstring).
+    def _apply(  # noqa: PLR0912, PLR0917
+        self,
+        event_type: EventType,
+        key: str,
+        rv: str,
+        uid: str | None,
+        obj: dict[str, Any] | None,
+        entry: _Entry | None,
+    ) -> StoreDelta | None:
+        """The one write path of :meth:`apply` and :meth:`apply_prepared`. ``entry`` is the
+        prepared encoding, or ``None`` to encode ``obj`` only once the event is known to be
+        stored (``obj`` is then required). The reflector calls this per event: the two
+        comparisons against the newest observed version are written out (see the comments)
+        rather than called, which is most of what a flattened copy of this path used to save.
+        """
+        stored = self._items.get(key)
         cur = None if stored is None else self._entry(stored)
         delta: StoreDelta | None = None
         if event_type in (MODIFIED, ADDED):
-            last_key = self._last_key
-            if (
-                cur is None
-                and last_key is not None
-                # _predates_observed, inlined: false at once for the in-order event of a create
-                and (len(rv) < last_key[0] or (len(rv) == last_key[0] and rv < last_key[1]))
-                and self._synced
-                and self._predates_observed(rv)
-            ):
-                pass  # a replay of an object the store has seen deleted (class docs)
-            elif cur is None:
-                # A new key (every event of a sync): _put's first branch, inlined.
-                entry = self._make_entry(obj, rv)
-                items[key] = self._compact(entry)
-                if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
-                    self._items_peak = len(items)
-                if self._ns_lazy is not None:
-                    namespace, slash, _ = key.partition("/")
-                    if slash:
-                        self._ns_lazy.add(namespace, key)
-                if entry.ivals is not self._no_ivals:
-                    for index, values in zip(self._indexes, entry.ivals, strict=True):
-                        for v in values:
-                            index.add(v, key)
-                delta = StoreDelta(ADDED, obj, raw=entry.raw, key=key)
+            if cur is None:
+                last_key = self._last_key
+                if (
+                    last_key is not None
+                    # _predates_observed, inlined: false at once for the in-order event of a
+                    # create (longer, or as long and greater, than the newest observed)
+                    and (len(rv) < last_key[0] or (len(rv) == last_key[0] and rv < last_key[1]))
+                    and self._synced
+                    and self._predates_observed(rv)
+                ):
+                    pass  # a replay of an object the store has seen deleted (class docs)
+                else:
+                    if entry is None:
+                        entry = self._make_entry(obj, rv)  # type: ignore[arg-type]
+                    delta = self._put(key, entry, obj, None, uid)
             elif is_newer(rv, cur.rv):  # stale or repeated events are not encoded at all
-                delta = self._put(key, self._make_entry(obj, rv), obj, cur, uid)
+                if entry is None:
+                    entry = self._make_entry(obj, rv)  # type: ignore[arg-type]
+                delta = self._put(key, entry, obj, cur, uid)
         elif event_type == DELETED:
             # A delete needs no encoding: nothing is stored.
             if cur is not None and (rv == cur.rv or is_newer(rv, cur.rv)):
                 self._remove(key, cur)
-                delta = StoreDelta(DELETED, obj, cur.raw, raw=cur.raw, key=key)
+                raw = cur.raw if entry is None else entry.raw
+                delta = StoreDelta(DELETED, obj, cur.raw, raw=raw, key=key)
         else:
             raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
         if rv:
@@ -632,35 +643,6 @@ class Store:
             else:
                 self._observe(rv)
         return delta
-
-    def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
-        """:meth:`apply` for an object already :meth:`prepare`-d."""
-        key, entry = prepared.key, prepared.entry
-        rv = entry.rv
-        cur = self._entry_at(key)
-        delta: StoreDelta | None = None
-        if event_type == DELETED:
-            delta = self._delete(key, rv, prepared.obj, entry.raw)
-        elif event_type in (ADDED, MODIFIED):
-            if cur is None:
-                if not (self._synced and self._predates_observed(rv)):  # else: a replay
-                    delta = self._put(key, entry, prepared.obj, None, prepared.uid)
-            elif is_newer(rv, cur.rv):
-                delta = self._put(key, entry, prepared.obj, cur, prepared.uid)
-        else:
-            raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
-        if rv:
-            self._observe(rv)
-        return delta
-
-    def _delete(
-        self, key: str, rv: str, obj: dict[str, Any] | None, raw: bytes | None
-    ) -> StoreDelta | None:
-        cur = self._entry_at(key)
-        if cur is None or not (rv == cur.rv or is_newer(rv, cur.rv)):
-            return None
-        self._remove(key, cur)
-        return StoreDelta(DELETED, obj, cur.raw, raw=raw if raw is not None else cur.raw, key=key)
 
     def replace(
         self, objs: Iterable[dict[str, Any]], resource_version: str
@@ -768,7 +750,7 @@ class Store:
                 ivals = self._no_ivals  # one shared instance: most objects file under nothing
         return _Entry(_encode(obj), rv, ivals)
 
-    def _put(
+    def _put(  # noqa: PLR0912 (the new-key branch is every event of a sync: kept flat)
         self,
         key: str,
         entry: _Entry,
@@ -780,15 +762,17 @@ class Store:
         ``uid`` shows that another object took over the key."""
         items = self._items
         items[key] = self._compact(entry)
-        if cur is None:
-            self._items_peak = max(self._items_peak, len(items))
+        if cur is None:  # a new key: every event of a sync takes this branch
+            if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
+                self._items_peak = len(items)
             if self._ns_lazy is not None:
                 namespace, slash, _ = key.partition("/")
                 if slash:
                     self._ns_lazy.add(namespace, key)
-            for index, values in zip(self._indexes, entry.ivals, strict=True):
-                for v in values:
-                    index.add(v, key)
+            if entry.ivals is not self._no_ivals:
+                for index, values in zip(self._indexes, entry.ivals, strict=True):
+                    for v in values:
+                        index.add(v, key)
             return StoreDelta(ADDED, obj, raw=entry.raw, key=key)
         if cur.ivals is not entry.ivals and cur.ivals != entry.ivals:
             for index, old, new in zip(self._indexes, cur.ivals, entry.ivals, strict=True):
