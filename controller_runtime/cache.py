@@ -5,6 +5,16 @@ Nothing is watched implicitly. A kind is watched once something asks for it with
 that is not watched raises :class:`NotCachedError` saying what to configure, instead of
 silently starting a cluster-wide watch (controller-runtime's default does the latter).
 
+Holders (who keeps a kind watched): :meth:`Cache.watch` names the holder it watches for (a
+controller the builder built, a reader's token from :meth:`Cache.use`; default: pinned, for
+the cache's life). :meth:`Cache.release` (or :meth:`Cache.release_all`, or leaving
+:meth:`Cache.use`) drops one; when a kind's last holder is gone its informers are stopped
+(their watches closed) and forgotten, so their stores are freed, and reads of the kind raise
+:class:`NotCachedError` again. A controller built by the builder holds its kinds until it is
+stopped. Cached reads (:meth:`Cache.get`, :meth:`Cache.list`, and the client's reads through
+the cache) never start an informer, so no informer is ever started lazily behind a holder's
+back, and none outlives its last holder: there is no idle timeout to wait for.
+
 Scope: ``namespaces`` limits every namespaced kind to those namespaces (one informer per
 namespace, like controller-runtime's ``DefaultNamespaces``); ``by_object`` overrides the
 scope, selectors and mode per kind. Cluster-scoped kinds always get one informer.
@@ -13,7 +23,8 @@ scope, selectors and mode per kind. Cluster-scoped kinds always get one informer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -21,7 +32,7 @@ from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
 from controller_runtime.resource import Resource, adopt, split_target
 from informers.labels import LabelSelector
-from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
+from informers.shared import PINNED, EventHandler, InformerFactory, Registration, SharedInformer
 from informers.store import ADDED, DELETED, MODIFIED, IndexFunc, Store, StoreDelta
 from kubeclient.discovery import ResourceInfo
 from kubeclient.errors import NotFoundError
@@ -32,6 +43,7 @@ __all__ = [
     "ADDED",
     "DELETED",
     "MODIFIED",
+    "PINNED",
     "ByObject",
     "Cache",
     "CacheSyncTimeoutError",
@@ -110,6 +122,11 @@ class KindInformers:
     def add_handler(self, handler: EventHandler) -> list[Registration]:
         return [i.add_handler(handler) for i in self.informers.values()]
 
+    async def wait_for_sync(self, timeout: float | None = None) -> bool:
+        """True once every informer of the kind synced; ``False`` after ``timeout``."""
+        results = await asyncio.gather(*(i.wait_for_sync(timeout) for i in self.informers.values()))
+        return all(results)
+
 
 class Cache:
     """Informers per kind, created on :meth:`watch`, read with :meth:`get` and :meth:`list`.
@@ -129,10 +146,12 @@ class Cache:
         start_timeout: float | None = None,
     ) -> None:
         self.factory = factory
+
         self.namespaces = tuple(namespaces) if namespaces else None
         self.by_object = dict(by_object or {})
         self.start_timeout = start_timeout
         self._kinds: dict[KindKey, KindInformers] = {}
+        self._holders: dict[KindKey, set[object]] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -140,9 +159,16 @@ class Cache:
         return self.factory.discovery
 
     async def watch(
-        self, api_version: str | type[Resource], kind: str | None = None
+        self,
+        api_version: str | type[Resource],
+        kind: str | None = None,
+        *,
+        holder: object = PINNED,
     ) -> KindInformers:
-        """Watch ``kind`` (idempotent) and return its informers, started.
+        """Watch ``kind`` (idempotent) for ``holder`` and return its informers, started.
+
+        ``holder`` (any hashable object; default pinned: watched for the cache's life) keeps
+        the kind watched until :meth:`release` (module docs). Holding twice counts once.
 
         While the API server cannot be reached, this waits for it (discovery retries with
         backoff and logs each failure, the first at once) for at most ``start_timeout``
@@ -154,6 +180,8 @@ class Cache:
         async with self._lock:
             existing = self._kinds.get(key)
             if existing is not None:
+                if key in self._holders:  # else attached: its owner manages it
+                    self._holders[key].add(holder)
                 return existing
             # Waits (and logs) while the API server is unreachable, e.g. at start.
             resource = await self.factory.discovery.resolve(
@@ -180,9 +208,78 @@ class Cache:
                     field_selector=options.field_selector,
                     metadata_only=options.metadata_only,
                     indexers=options.indexers,
+                    holder=(self, key),
                 )
             self._kinds[key] = entry
+            self._holders[key] = {holder}
             return entry
+
+    async def release(
+        self,
+        api_version: str | type[Resource],
+        kind: str | None = None,
+        *,
+        holder: object,
+    ) -> bool:
+        """Drop ``holder``'s hold on ``kind``. When no holder is left, the kind's informers are
+        stopped and forgotten (their stores freed; reads raise :class:`NotCachedError`) and
+        this returns ``True``. Releasing what ``holder`` does not hold does nothing."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.release")
+        async with self._lock:
+            return await self._release((api_version, kind), holder)
+
+    async def release_all(self, holder: object) -> list[KindKey]:
+        """:meth:`release` every kind ``holder`` holds; returns the kinds whose informers were
+        stopped."""
+        async with self._lock:
+            held = [key for key, holders in self._holders.items() if holder in holders]
+            return [key for key in held if await self._release(key, holder)]
+
+    async def _release(self, key: KindKey, holder: object) -> bool:
+        holders = self._holders.get(key)
+        if holders is None or holder not in holders:
+            return False
+        holders.discard(holder)
+        if holders:
+            return False
+        del self._holders[key]
+        entry = self._kinds.pop(key)
+        for informer in entry.informers.values():
+            await self.factory.release(informer, (self, key))
+        entry.informers.clear()
+        return True
+
+    def holders(self, api_version: str | type[Resource], kind: str | None = None) -> int:
+        """How many holders keep ``kind`` watched (0: not watched, or attached by its owner)."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.holders")
+        return len(self._holders.get((api_version, kind), ()))
+
+    @contextlib.asynccontextmanager
+    async def use(
+        self,
+        api_version: str | type[Resource],
+        kind: str | None = None,
+        *,
+        sync_timeout: float | None = None,
+    ) -> AsyncIterator[KindInformers]:
+        """Hold ``kind`` for the block: watched (and synced, waiting at most ``sync_timeout``
+        seconds, ``None``: no limit; :class:`CacheSyncTimeoutError` past it) on entry,
+        released on exit, so a reader that needs a kind for a while frees it after::
+
+            async with cache.use("v1", "ConfigMap"):
+                config = cache.get("v1", "ConfigMap", name="settings", namespace="ops")
+        """
+        holder = _Reader()
+        entry = await self.watch(api_version, kind, holder=holder)
+        try:
+            if not await entry.wait_for_sync(sync_timeout):
+                raise CacheSyncTimeoutError(
+                    f"{entry.resource.kind} ({entry.resource.api_version}) did not sync within "
+                    f"{sync_timeout}s; check RBAC (list/watch) and that its CRD is installed"
+                )
+            yield entry
+        finally:
+            await self.release(api_version, kind, holder=holder)
 
     def attach(self, api_version: str, kind: str, entry: KindInformers) -> None:
         """Serve reads of ``kind`` from ``entry``, whose informers someone else manages (a
@@ -360,4 +457,11 @@ class Cache:
             )
 
     async def stop(self) -> None:
+        """Stop every informer, held or not (what they cached stays readable)."""
         await self.factory.stop()
+
+
+class _Reader:
+    """The holder of one :meth:`Cache.use` block."""
+
+    __slots__ = ()

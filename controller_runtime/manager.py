@@ -220,6 +220,7 @@ class Manager:
         self._recorders: dict[str, EventRecorder] = {}
         self._closed = False
         self._running = False
+        self._leading = False  # controllers are started (add_controller starts its own)
 
     async def __aenter__(self) -> Manager:
         return self
@@ -275,12 +276,43 @@ class Manager:
 
     def add(self, runnable: Controller | Runnable) -> None:
         """Run ``runnable`` with the manager (controllers only while leading). Adding the
-        same object twice has no effect."""
+        same object twice has no effect. A controller added while the manager leads is
+        started by :meth:`add_controller`; a stopped controller is forgotten."""
         if isinstance(runnable, Controller):
             if runnable not in self.controllers:
                 self.controllers.append(runnable)
+                runnable.on_stop(lambda: self._forget(runnable))
         elif runnable not in self.runnables:
             self.runnables.append(runnable)
+
+    async def add_controller(self, controller: Controller) -> None:
+        """Run ``controller`` with the manager, also after :meth:`run` began: while this
+        replica leads, it is started now (this returns once its sources synced, at most
+        its ``cache_sync_timeout``; :class:`~controller_runtime.cache.CacheSyncTimeoutError`
+        otherwise, the controller then stays added, unstarted, and :meth:`remove_controller`
+        lets go of it); otherwise when leadership is won. The builder's ``complete`` (with
+        ``ControllerBuilder(manager)``) adds it already: then this only starts it.
+        ``RuntimeError`` once the manager stops."""
+        if self.stopping or (self._closed and not self._running):
+            raise RuntimeError("the manager is stopping or closed; it takes no new controllers")
+        self.add(controller)
+        if self._leading and not controller.started:
+            await controller.start()
+
+    async def remove_controller(
+        self, controller: Controller, drain_timeout: float | None = None
+    ) -> bool:
+        """Stop ``controller`` and forget it; the manager runs on. Its handlers leave the
+        shared informers, in-flight reconciles get ``drain_timeout`` seconds (default: the
+        manager's ``graceful_shutdown_timeout``), and the kinds no other controller or reader
+        holds stop being watched (see :mod:`controller_runtime.cache`). The same as
+        ``controller.stop()``. Returns whether every in-flight reconcile finished in time."""
+        timeout = self.options.graceful_shutdown_timeout if drain_timeout is None else drain_timeout
+        return await controller.stop(timeout)
+
+    def _forget(self, controller: Controller) -> None:
+        if controller in self.controllers:
+            self.controllers.remove(controller)
 
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._healthz[name] = check
@@ -381,32 +413,38 @@ class Manager:
         """
         self.is_leader = True
         runnables = [r for r in self.runnables if r.need_leader_election]
-        started: list[Controller] = []
         try:
             for runnable in runnables:
                 await runnable.start()
-            for controller in self.controllers:
-                await controller.start()
-                started.append(controller)
+            # From here on add_controller starts what it is given itself.
+            self._leading = True
+            for controller in list(self.controllers):
+                if not controller.started:
+                    await controller.start()
             await self._stop.wait()
             log.info(
                 "stopping controllers (up to %.0fs for in-flight reconciles)",
                 self.options.graceful_shutdown_timeout,
             )
             timeout = self.options.graceful_shutdown_timeout
-            await asyncio.gather(*(c.stop(timeout) for c in started))
+            await asyncio.gather(*(c.stop(timeout) for c in self._started_controllers()))
             await asyncio.gather(*(r.stop(timeout) for r in runnables))
         except asyncio.CancelledError:
+            started = self._started_controllers()
             await asyncio.gather(*(c.stop(0) for c in started), return_exceptions=True)
             await asyncio.gather(*(r.stop(0) for r in runnables), return_exceptions=True)
             raise
         finally:
+            self._leading = False
             self.is_leader = False
+
+    def _started_controllers(self) -> list[Controller]:
+        return [c for c in self.controllers if c.started]
 
     async def _shutdown(self) -> None:
         """Stop everything; a step that fails is logged (with its traceback) and the next
         step still runs."""
-        for controller in self.controllers:
+        for controller in list(self.controllers):
             await _logged(f"stopping controller {controller.name!r}", controller.stop(0))
         # A graceful stop lets runnables that run without leadership (a shard ring) drain.
         drain = self.options.graceful_shutdown_timeout if self.stopping else 0
