@@ -23,19 +23,26 @@ scope, selectors and mode per kind. Cluster-scoped kinds always get one informer
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+import orjson
+
+from controller_runtime import metrics as _metrics
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
 from controller_runtime.resource import Resource, adopt, split_target
+from informers.budget import BodyBudget, EvictedBodyError
 from informers.labels import LabelSelector
+from informers.resource_version import compare_resource_versions
 from informers.shared import PINNED, EventHandler, InformerFactory, Registration, SharedInformer
 from informers.store import ADDED, DELETED, MODIFIED, IndexFunc, Store, StoreDelta
 from kubeclient.discovery import ResourceInfo
-from kubeclient.errors import NotFoundError
+from kubeclient.errors import ApiError, NotFoundError
 
 # The cache and the informer layer under it, for code that runs a cache of its own or looks
 # at deltas (their types, ADDED/MODIFIED/DELETED) rather than through predicates.
@@ -47,12 +54,14 @@ __all__ = [
     "ByObject",
     "Cache",
     "CacheSyncTimeoutError",
+    "EvictedBodyError",
     "IndexFunc",
     "InformerFactory",
     "KindInformers",
     "KindKey",
     "LabelSelector",
     "NotCachedError",
+    "StaleFetchError",
     "StoreDelta",
 ]
 
@@ -70,6 +79,12 @@ class CacheSyncTimeoutError(TimeoutError):
     """Informers did not sync in time; the message names the kinds."""
 
 
+class StaleFetchError(ApiError):
+    """A live GET of an evicted body answered with an object older than the metadata the
+    cache holds (the server, or something between, served an old state): refused, never
+    returned. The reconcile fails and is retried."""
+
+
 @dataclass(frozen=True)
 class ByObject:
     """Per-kind cache options. ``None`` fields fall back to the cache's defaults."""
@@ -79,6 +94,10 @@ class ByObject:
     field_selector: str | None = None
     metadata_only: bool = False
     indexers: Mapping[str, IndexFunc] | None = None
+    memory_limit: int | None = None
+    """Bytes of full bodies this kind's cache may hold (``None``: the cache's overall budget,
+    if any, else unbounded). Above it, the least recently used bodies are evicted and only
+    their metadata kept; the client fetches an evicted body live on a read."""
 
 
 @dataclass
@@ -144,9 +163,11 @@ class Cache:
         namespaces: Sequence[str] | None = None,
         by_object: Mapping[KindKey, ByObject] | None = None,
         start_timeout: float | None = None,
+        memory_limit: int | None = None,
     ) -> None:
         self.factory = factory
-
+        # One budget shared by every kind without a memory_limit of its own.
+        self.budget = BodyBudget(memory_limit) if memory_limit is not None else None
         self.namespaces = tuple(namespaces) if namespaces else None
         self.by_object = dict(by_object or {})
         self.start_timeout = start_timeout
@@ -193,6 +214,11 @@ class Cache:
                 scope = options.namespaces or self.namespaces
                 if scope:
                     namespaces = list(scope)
+            budget = (
+                BodyBudget(options.memory_limit)
+                if options.memory_limit is not None
+                else self.budget
+            )
             entry = KindInformers(
                 resource,
                 label_selector=(
@@ -209,9 +235,11 @@ class Cache:
                     metadata_only=options.metadata_only,
                     indexers=options.indexers,
                     holder=(self, key),
+                    budget=budget,
                 )
             self._kinds[key] = entry
             self._holders[key] = {holder}
+            _count_bytes(entry)
             return entry
 
     async def release(
@@ -244,6 +272,8 @@ class Cache:
             return False
         del self._holders[key]
         entry = self._kinds.pop(key)
+        with contextlib.suppress(KeyError):
+            _metrics.CACHE_BYTES.remove(entry.resource.kind)
         for informer in entry.informers.values():
             await self.factory.release(informer, (self, key))
         entry.informers.clear()
@@ -433,6 +463,90 @@ class Cache:
             return [adopt(cls, obj) for obj in out]
         return out
 
+    async def get_or_fetch(
+        self, api_version: str, kind: str, *, name: str, namespace: str | None
+    ) -> dict[str, Any]:
+        """:meth:`get`, and for an object whose body the memory budget evicted, a live GET no
+        older than the metadata the cache holds (``resourceVersion`` set to it, the server's
+        not-older-than rule, checked again on the answer: :class:`StaleFetchError` rather
+        than an older body). The body fetched passes through the informer's transform, is
+        counted in ``cache_fetch_on_miss_total{kind}``, and is held again when it is at the
+        cached version. Raises what :meth:`get` raises, and the GET's API errors (a 404: the
+        object was deleted since the cache last heard of it)."""
+        try:
+            return self.get(api_version, kind, name=name, namespace=namespace)
+        except EvictedBodyError as evicted:
+            return await self._fetch(api_version, kind, namespace, name, evicted.resource_version)
+
+    async def list_or_fetch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> builtins.list[dict[str, Any]]:
+        """:meth:`list`, fetching evicted bodies as :meth:`get_or_fetch` does (one GET each,
+        at most 8 at a time; an object deleted meanwhile is left out)."""
+        entry = self._entry(api_version, kind, namespace, listing=True)
+        selector = (
+            LabelSelector.parse(label_selector)
+            if isinstance(label_selector, str)
+            else label_selector
+        )
+        out: builtins.list[dict[str, Any]] = []
+        missing: builtins.list[tuple[str, str]] = []
+        for informer in entry.informers_for(namespace):
+            bodies, evicted = informer.store.list_held(
+                namespace=namespace if entry.resource.namespaced else None, selector=selector
+            )
+            out.extend(bodies)
+            missing.extend(evicted)
+        if missing:
+            gate = asyncio.Semaphore(8)
+
+            async def fetch(key: str, rv: str) -> dict[str, Any] | None:
+                ns, _, name = key.rpartition("/")
+                async with gate:
+                    try:
+                        return await self._fetch(api_version, kind, ns or None, name, rv)
+                    except NotFoundError:
+                        return None
+
+            fetched = await asyncio.gather(*(fetch(k, rv) for k, rv in missing))
+            out.extend(o for o in fetched if o is not None)
+        return out
+
+    async def _fetch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, held: str
+    ) -> dict[str, Any]:
+        entry = self._entry(api_version, kind, namespace)
+        resource = entry.resource
+        path = resource.path(namespace if resource.namespaced else None, name)
+        params = {"resourceVersion": held} if held else None
+        _metrics.CACHE_FETCH_ON_MISS.labels(resource.kind).inc()
+        response = await self.factory.transport.request("GET", path, params=params)
+        obj: dict[str, Any] = response.json()
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        got = (obj.get("metadata") or {}).get("resourceVersion") or ""
+        if held and compare_resource_versions(got, held) == -1:
+            raise StaleFetchError(
+                0,
+                "StaleRead",
+                f"a live GET of {kind} {name} answered resourceVersion {got}, older than the "
+                f"{held} the cache holds; refused (retried with the reconcile)",
+                method="GET",
+                path=path,
+            )
+        informer = entry.informer_for(namespace if resource.namespaced else None)
+        if informer is not None:
+            if informer.transform is not None:
+                obj = informer.transform(obj)
+            key = f"{namespace}/{name}" if resource.namespaced and namespace else name
+            informer.store.readmit(key, orjson.dumps(obj))
+        return obj
+
     async def wait_for_sync(self, timeout: float | None = None) -> None:
         """Wait until every watched kind synced; :class:`CacheSyncTimeoutError` names the
         laggards."""
@@ -459,6 +573,17 @@ class Cache:
     async def stop(self) -> None:
         """Stop every informer, held or not (what they cached stays readable)."""
         await self.factory.stop()
+
+
+def _count_bytes(entry: KindInformers) -> None:
+    """``cache_bytes{kind}`` from ``entry``'s stores at scrape time (held weakly)."""
+    ref = weakref.ref(entry)
+
+    def held() -> float:
+        alive = ref()
+        return float(sum(s.held_bytes() for s in alive.stores)) if alive is not None else 0.0
+
+    _metrics.CACHE_BYTES.labels(entry.resource.kind).set_function(held)
 
 
 class _Reader:

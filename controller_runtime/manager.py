@@ -137,6 +137,10 @@ class ManagerOptions:
     failures, 429, 5xx) while starting, i.e. while a controller is built and its kinds are
     discovered; then :class:`~kubeclient.discovery.ServerUnreachableError` (120 s; ``None``:
     wait until cancelled). The first failure is logged at once with the server's address.
+    ``cache_memory_limit``: bytes of full bodies the cache may hold across every kind without
+    a ``ByObject.memory_limit`` of its own (``None``, the default: unbounded); above it the
+    least recently used bodies are evicted, their metadata kept, and the client fetches
+    them live on a read (see :mod:`controller_runtime.cache`).
     """
 
     namespaces: Sequence[str] | None = None
@@ -151,6 +155,7 @@ class ManagerOptions:
     field_manager: str = "controller-runtime-py"
     watch_timeout_seconds: int = 300
     start_timeout: float | None = 120.0
+    cache_memory_limit: int | None = None
 
 
 def _split_address(address: str | None) -> tuple[str, int] | None:
@@ -187,6 +192,7 @@ class Manager:
             namespaces=options.namespaces,
             by_object=options.by_object,
             start_timeout=options.start_timeout,
+            memory_limit=options.cache_memory_limit,
         )
         self.client = Client(self.transport, self.cache, field_manager=options.field_manager)
         self.controllers: list[Controller] = []

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from informers import metrics
+from informers.budget import BodyBudget
 from informers.reflector import Reflector, Transform, strip_managed_fields
 from informers.reflector_machine import ReflectorOptions
 from informers.sharding import ShardSelector
@@ -184,6 +185,7 @@ class SharedInformer:
     indexers: Mapping[str, IndexFunc] | None = None
     options: ReflectorOptions | None = None
     shard_selector: ShardSelector | None = None
+    budget: BodyBudget | None = None
     store: Store = field(init=False)
     reflector: Reflector = field(init=False)
     _registrations: set[Registration] = field(init=False, default_factory=set)
@@ -191,7 +193,7 @@ class SharedInformer:
     _down: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        self.store = Store(indexers=self.indexers)
+        self.store = Store(indexers=self.indexers, budget=self.budget)
         self.reflector = Reflector(
             self.transport,
             self.resource,
@@ -268,6 +270,8 @@ class SharedInformer:
         its content (a stopped informer can still be read) but leaves
         ``informer_store_objects`` at once."""
         metrics.untrack_store(self.resource.group_resource, self.store)
+        if self.budget is not None:
+            self.budget.forget_store(self.store)
         tasks = [self._task] if self._task is not None else []
         for registration in list(self._registrations):
             registration.remove()
@@ -298,7 +302,8 @@ class SharedInformer:
         snapshot: list[tuple[str, bytes]] | None = None
         if self.store.has_synced:
             keys = self.store.keys()
-            snapshot = [(key, raw) for key in keys if (raw := self.store.get_raw(key)) is not None]
+            # Held bytes: with a budget, an evicted object's metadata (its body is not held).
+            snapshot = [(key, raw) for key in keys if (raw := self.store.held_raw(key)) is not None]
         self._registrations.add(registration)
         registration.start(snapshot)
         return registration
@@ -382,6 +387,7 @@ class InformerFactory:
         start: bool = True,
         shard_selector: ShardSelector | None = None,
         holder: object = PINNED,
+        budget: BodyBudget | None = None,
     ) -> SharedInformer:
         """The shared informer for this kind and scope, created (and started) on first use,
         held for ``holder`` until :meth:`release` (class docs; default :data:`PINNED`: for
@@ -390,6 +396,7 @@ class InformerFactory:
         ``shard_selector`` limits it to one shard of the objects (see
         :mod:`informers.sharding`); informers of different shards are different informers.
 
+        ``budget`` (:mod:`informers.budget`; default ``None``: every body kept) and
         ``indexers`` only take effect for the call that creates the informer; a later call
         asking for an index the existing informer lacks raises ``ValueError``.
 
@@ -420,6 +427,7 @@ class InformerFactory:
                 indexers=indexers,
                 options=self.options,
                 shard_selector=shard_selector,
+                budget=budget,
             )
             self._informers[key] = informer
         elif indexers:
