@@ -71,6 +71,8 @@ SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup", "core")
 CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup")
 IMPLEMENTATIONS = ("ours", "go", "kopf")
 EXTRA_IMPLEMENTATIONS = ("ours-echoes",)
+BUDGETED = "ours-budget"
+"""The restart row of ours with a cache memory budget (``--memory-limit BYTES``)."""
 """Run only when named: ``ours-echoes`` is ours in write-heavy reconciling the echo of each of
 its own writes again (``--reconcile-echoes``), as it did before ``skip_own_write_echoes``."""
 RESULTS_DIR = Path(__file__).with_name("results")
@@ -110,6 +112,7 @@ class Settings:
     storage_churn: int = 1000
     etcd_quota: int = 2 * 2**30
     storage_json: Path = Path("storage.json")
+    memory_limit: int | None = None
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -160,6 +163,12 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="restart: also run the sharded Task controller with this many replicas "
         "(server-side sharded watches; the row ours-sharded; default: 0, not run)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=int,
+        help="restart: also run ours with ManagerOptions(cache_memory_limit=BYTES), the row "
+        "ours-budget (default: not run)",
     )
     p.add_argument(
         "--etcd-quota-gib",
@@ -280,6 +289,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         restart_objects=args.restart_objects or (1000 if args.quick else 100_000),
         restart_load=args.restart_load,
         restart_shards=args.restart_shards,
+        memory_limit=args.memory_limit,
         etcd_quota_gib=args.etcd_quota_gib,
         startup_objects=args.startup_objects
         if args.startup_objects is not None
@@ -388,7 +398,7 @@ class Cluster:
     def command(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         workers = str(self.settings.workers)
-        if launch.implementation in ("ours", "ours-echoes"):
+        if launch.implementation in ("ours", "ours-echoes", BUDGETED):
             command = [
                 sys.executable,
                 "-m",
@@ -402,6 +412,8 @@ class Cluster:
             ]
             if launch.implementation == "ours-echoes":
                 command.append("--reconcile-echoes")
+            if launch.implementation == BUDGETED:
+                command.append(f"--memory-limit={self.settings.memory_limit}")
             if launch.metrics_port is not None:
                 command.append(f"--metrics-bind-address=127.0.0.1:{launch.metrics_port}")
         elif launch.implementation == "go":

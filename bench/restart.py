@@ -154,6 +154,8 @@ async def run_restart(
         "workers": cluster.settings.workers,
         "complete": ok,
     }
+    if implementation == "ours-budget":
+        result["memory_limit"] = cluster.settings.memory_limit
     if not ok:
         result["objects_done"] = int(progress.reconciles) if progress else 0
     _say(
@@ -227,6 +229,10 @@ async def run_restart_round(
     if "kopf" in implementations:
         _say(f"  {KOPF_LEFT_OUT}")
     order = [i for i in implementations if i != "kopf"] + ["limit"]
+    if s.memory_limit is not None:
+        from bench.harness import BUDGETED  # noqa: PLC0415
+
+        order.insert(order.index("ours") + 1 if "ours" in order else 0, BUDGETED)
     if s.restart_shards:
         order.append(SHARDED)
     for repeat in range(s.repeat):

@@ -86,6 +86,7 @@ async def run(args: argparse.Namespace) -> int:
             leader_election=None,
             metrics_bind_address=args.metrics_bind_address,
             health_probe_bind_address=None,
+            cache_memory_limit=args.memory_limit,
         ),
     )
     options = ControllerOptions(max_concurrent_reconciles=args.workers)
@@ -112,6 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stamp", default="")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--memory-limit",
+        type=int,
+        default=None,
+        help="ManagerOptions(cache_memory_limit=BYTES): bodies above it are evicted and "
+        "fetched live on a read (default: unbounded)",
+    )
     parser.add_argument(
         "--reconcile-echoes",
         action="store_true",
