@@ -73,9 +73,10 @@ class BodyBudget:
         """Bodies held."""
         return len(self._lru)
 
-    def admit(self, store: Store, key: str, size: int) -> None:
+    def admit(self, store: Store, key: str, size: int, *, enforce: bool = True) -> None:
         """A body of ``size`` bytes is now held for ``key`` (replacing any before it); evict
-        the least recently used bodies (possibly this one) while over the limit."""
+        the least recently used bodies (possibly this one) while over the limit, unless
+        ``enforce`` is false (a sync in progress: see :meth:`enforce`)."""
         lru = self._lru
         slot = (id(store), key)
         before = lru.pop(slot, None)
@@ -83,6 +84,15 @@ class BodyBudget:
             self.used -= before[1]
         lru[slot] = (store, size)
         self.used += size
+        if enforce:
+            self.enforce()
+
+    def enforce(self) -> None:
+        """Evict the least recently used bodies while over the limit. A store's sync defers
+        this until its list has been handed to the handlers: the list's bytes are alive until
+        then anyway (they are the store's entries), so evicting during the swap would only add
+        the metadata stubs on top of the list at the peak."""
+        lru = self._lru
         while self.used > self.limit and lru:
             (_, victim_key), (victim_store, victim_size) = lru.popitem(last=False)
             self.used -= victim_size

@@ -273,6 +273,10 @@ class Reflector:
         del items  # the machine's buffer: let it go before handlers run
         if deltas:
             await self.sink(deltas, initial)
+        del deltas
+        # With a memory budget, evict only now: until the handlers had the list, its bodies
+        # were alive anyway (see informers.budget).
+        self.store.enforce_budget()
 
     # -- I/O -------------------------------------------------------------------------------
 

@@ -424,6 +424,7 @@ class Store:
         self._dead_waiters = 0
         self._seq = itertools.count()
         self._budget = budget
+        self._syncing = False  # a replace in progress defers evictions (enforce_budget)
 
     # ----------------------------------------------------------------------------------- reads
 
@@ -769,7 +770,22 @@ class Store:
         self, prepared: Iterable[Prepared], resource_version: str
     ) -> builtins.list[StoreDelta]:
         """:meth:`replace` for objects already :meth:`prepare`-d (validated and encoded, so
-        the swap itself cannot fail half-way)."""
+        the swap itself cannot fail half-way). With a budget, evictions wait for
+        :meth:`enforce_budget` (the reflector calls it once the deltas are handed over)."""
+        self._syncing = self._budget is not None
+        try:
+            return self._replace_prepared(prepared, resource_version)
+        finally:
+            self._syncing = False
+
+    def enforce_budget(self) -> None:
+        """Evict what a :meth:`replace_prepared` left over the budget (no-op without one)."""
+        if self._budget is not None:
+            self._budget.enforce()
+
+    def _replace_prepared(
+        self, prepared: Iterable[Prepared], resource_version: str
+    ) -> builtins.list[StoreDelta]:
         items = self._items
         plan: dict[str, Prepared] = {}
         for p in prepared:
@@ -879,7 +895,7 @@ class Store:
                     for v in values:
                         index.add(v, key)
             if self._budget is not None:
-                self._budget.admit(self, key, len(entry.raw))
+                self._budget.admit(self, key, len(entry.raw), enforce=not self._syncing)
             return StoreDelta(ADDED, obj, raw=entry.raw, key=key)
         if cur.ivals is not entry.ivals and cur.ivals != entry.ivals:
             for index, old, new in zip(self._indexes, cur.ivals, entry.ivals, strict=True):
@@ -890,7 +906,7 @@ class Store:
                     for v in new:
                         index.add(v, key)
         if self._budget is not None:
-            self._budget.admit(self, key, len(entry.raw))
+            self._budget.admit(self, key, len(entry.raw), enforce=not self._syncing)
         if uid is not None and _uid_changed(uid, cur.raw):
             return StoreDelta(ADDED, obj, cur.raw, raw=entry.raw, key=key)
         return StoreDelta(MODIFIED, obj, cur.raw, raw=entry.raw, key=key)

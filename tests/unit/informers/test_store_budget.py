@@ -174,3 +174,18 @@ def test_a_budgeted_store_follows_the_same_events_as_an_unbounded_one(
         assert budget.used <= limit
         held = [k for k in keys if not bounded.evicted(k)]
         assert budget.used == sum(len(bounded.held_raw(k) or b"") for k in held)
+
+
+def test_a_sync_evicts_only_once_its_list_was_handed_over() -> None:
+    """During a replace the list's bytes are the store's entries: evicting then would add
+    the metadata on top of the list at the peak. The reflector enforces after the handlers."""
+    size = body_size(obj("t0", "10"))
+    budget = BodyBudget(2 * size)
+    store = Store(budget=budget)
+    deltas = store.replace([obj(f"t{i}", str(10 + i)) for i in range(5)], "20")
+    assert len(deltas) == 5 and budget.evictions == 0 and budget.used == 5 * size
+    store.enforce_budget()
+    assert budget.used <= budget.limit and len(budget) == 2
+    assert [store.evicted(f"ns/t{i}") for i in range(5)] == [True, True, True, False, False]
+    store.apply("ADDED", obj("t9", "30"))  # outside a sync: evicts at once again
+    assert budget.used <= budget.limit and store.evicted("ns/t3")
