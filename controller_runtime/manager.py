@@ -386,6 +386,8 @@ class Manager:
             for runnable in runnables:
                 await runnable.start()
             for controller in self.controllers:
+                if self.elector is not None and controller.fence is None:
+                    controller.fence = self.elector
                 await controller.start()
                 started.append(controller)
             await self._stop.wait()
