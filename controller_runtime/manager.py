@@ -588,8 +588,36 @@ async def _logged(what: str, step: Awaitable[object]) -> None:
         log.warning("shutdown: %s failed (%s); going on", what, type(err).__name__, exc_info=err)
 
 
+EVENT_LOOP_ENV = "CRPY_EVENT_LOOP"
+"""The environment variable that picks the event loop: ``asyncio`` (default) or ``uvloop``."""
+
+
+def install_event_loop(choice: str | None = None) -> str:
+    """Pick the event loop for :func:`asyncio.run`: ``choice``, else ``$CRPY_EVENT_LOOP``,
+    else ``"asyncio"`` (the standard library's). Returns the loop in use.
+
+    The standard loop is the default because uvloop (0.23.0, under aiohttp) was seen to abort
+    the process (``Fatal Python error: Aborted`` from libuv) during API-server restarts with
+    many requests in flight (docs/reliability.md, "The event loop"); ``uvloop`` opts back in
+    for its speed (docs/benchmarks.md measures the difference). ``uvloop`` when it is not
+    installed falls back to ``asyncio`` with a warning; any other value is a ``ValueError``.
+    """
+    wanted = (choice if choice is not None else os.environ.get(EVENT_LOOP_ENV, "")).strip()
+    wanted = wanted.lower() or "asyncio"
+    if wanted == "asyncio":
+        asyncio.set_event_loop_policy(None)
+        return "asyncio"
+    if wanted == "uvloop":
+        if install_uvloop():
+            return "uvloop"
+        log.warning("%s=uvloop, but uvloop is not installed: using asyncio's loop", EVENT_LOOP_ENV)
+        return "asyncio"
+    raise ValueError(f"{EVENT_LOOP_ENV} must be 'asyncio' or 'uvloop', got {wanted!r}")
+
+
 def install_uvloop() -> bool:
-    """Use uvloop's event loop policy when it is installed. True if it is in use."""
+    """Use uvloop's event loop policy when it is installed. True if it is in use (see
+    :func:`install_event_loop` for why it is not the default)."""
     try:
         import uvloop  # noqa: PLC0415 (optional)
     except ImportError:
