@@ -303,7 +303,13 @@ class Manager:
             raise RuntimeError("the manager is stopping or closed; it takes no new controllers")
         self.add(controller)
         if self._leading and not controller.started:
+            self._fence(controller)
             await controller.start()
+
+    def _fence(self, controller: Controller) -> None:
+        """A leader-elected controller checks the elector's deadline before each write."""
+        if self.elector is not None and controller.fence is None:
+            controller.fence = self.elector
 
     async def remove_controller(
         self, controller: Controller, drain_timeout: float | None = None
@@ -426,6 +432,7 @@ class Manager:
             self._leading = True
             for controller in list(self.controllers):
                 if not controller.started:
+                    self._fence(controller)
                     await controller.start()
             await self._stop.wait()
             log.info(
@@ -630,8 +637,36 @@ async def _logged(what: str, step: Awaitable[object]) -> None:
         log.warning("shutdown: %s failed (%s); going on", what, type(err).__name__, exc_info=err)
 
 
+EVENT_LOOP_ENV = "CRPY_EVENT_LOOP"
+"""The environment variable that picks the event loop: ``asyncio`` (default) or ``uvloop``."""
+
+
+def install_event_loop(choice: str | None = None) -> str:
+    """Pick the event loop for :func:`asyncio.run`: ``choice``, else ``$CRPY_EVENT_LOOP``,
+    else ``"asyncio"`` (the standard library's). Returns the loop in use.
+
+    The standard loop is the default because uvloop (0.23.0, under aiohttp) was seen to abort
+    the process (``Fatal Python error: Aborted`` from libuv) during API-server restarts with
+    many requests in flight (docs/reliability.md, "The event loop"); ``uvloop`` opts back in
+    for its speed (docs/benchmarks.md measures the difference). ``uvloop`` when it is not
+    installed falls back to ``asyncio`` with a warning; any other value is a ``ValueError``.
+    """
+    wanted = (choice if choice is not None else os.environ.get(EVENT_LOOP_ENV, "")).strip()
+    wanted = wanted.lower() or "asyncio"
+    if wanted == "asyncio":
+        asyncio.set_event_loop_policy(None)
+        return "asyncio"
+    if wanted == "uvloop":
+        if install_uvloop():
+            return "uvloop"
+        log.warning("%s=uvloop, but uvloop is not installed: using asyncio's loop", EVENT_LOOP_ENV)
+        return "asyncio"
+    raise ValueError(f"{EVENT_LOOP_ENV} must be 'asyncio' or 'uvloop', got {wanted!r}")
+
+
 def install_uvloop() -> bool:
-    """Use uvloop's event loop policy when it is installed. True if it is in use."""
+    """Use uvloop's event loop policy when it is installed. True if it is in use (see
+    :func:`install_event_loop` for why it is not the default)."""
     try:
         import uvloop  # noqa: PLC0415 (optional)
     except ImportError:
