@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 
 from controller_runtime.envtest.node.cluster import LocalCluster
-from tests.e2e.pods import condition, run_pod, secret_env
+from tests.e2e.connect import connecting
+from tests.e2e.pods import condition, exec_in, run_pod, secret_env
 from tests.e2e.support import TIMINGS, diagnostics, get_json, new_namespace, wait_for
 
 POLICY = {
@@ -153,7 +154,7 @@ def _sql(
         cluster,
         db.namespace,
         pod,
-        f'psql -v ON_ERROR_STOP=1 -tAc "{query}"',
+        connecting("psql", "-v", "ON_ERROR_STOP=1", "-tAc", query),
         env=[
             *db.superuser_env(),
             {"name": "PGSSLMODE", "value": "verify-full"},
@@ -197,7 +198,7 @@ def test_tls_verify_full_with_the_ca_connects_and_without_it_is_refused(
             cluster,
             instance.namespace,
             pod,
-            "psql -tAc 'SELECT 1' 2>&1",
+            connecting("psql", "-tAc", "SELECT 1"),
             env=[*instance.superuser_env(), *env],
             mounts=mounts,
         )
@@ -207,13 +208,6 @@ def test_tls_verify_full_with_the_ca_connects_and_without_it_is_refused(
                 f"{done.phase} {done.log}\n"
                 f"{diagnostics(cluster, instance.namespace, f'postgresinstance {instance.name}')}"
             )
-
-
-def _exec(cluster: LocalCluster, namespace: str, pod: str, script: str) -> str:
-    return cluster.kubectl(
-        "exec", "-n", namespace, pod, "--", "bash", "-c", f"{script} 2>&1; echo exit:$?",
-        check=False,
-    )  # fmt: skip
 
 
 def test_binding_secret_used_by_an_app_then_deleted_drops_the_role(
@@ -262,11 +256,11 @@ def test_binding_secret_used_by_an_app_then_deleted_drops_the_role(
         "wait", "--for=condition=Ready", "pod/app", "-n", namespace, "--timeout=120s",
         timeout=150,
     )  # fmt: skip
-    written = _exec(
+    written = exec_in(
         cluster,
         namespace,
         "app",
-        'psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -tA '
+        'retry_connect psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -tA '
         "-c 'CREATE TABLE orders (id int)' -c 'INSERT INTO orders VALUES (42)' "
         "-c \"SELECT 'rows:' || count(*) || ':' || current_user FROM orders\"",
     )
@@ -284,7 +278,7 @@ def test_binding_secret_used_by_an_app_then_deleted_drops_the_role(
         f"role {role} still exists after servicebinding {namespace}/shop was deleted\n"
         f"{diagnostics(cluster, namespace, 'servicebinding shop')}"
     )
-    again = _exec(cluster, namespace, "app", 'psql "$DATABASE_URL" -tAc "SELECT 1"')
+    again = exec_in(cluster, namespace, "app", 'retry_connect psql "$DATABASE_URL" -tAc "SELECT 1"')
     context = f"pod {namespace}/app after servicebinding shop was deleted: {again}"
     assert "exit:0" not in again and "password authentication failed" in again, context
     rows = _sql(
