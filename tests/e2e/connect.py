@@ -225,3 +225,75 @@ def retry_connection(
                     f"last error: {err!r}"
                 ) from err
         sleep(interval)
+
+
+PROBE_INTERVAL = 0.2
+"""Seconds between two connections of :func:`probe_script`."""
+
+
+def probe_script(host: str, port: int) -> str:
+    """Bash (after :data:`PRELUDE`) that connects to ``host``:``port`` every
+    :data:`PROBE_INTERVAL` seconds until killed, printing ``<unix time> ok`` or
+    ``<unix time> fail <error>`` per attempt (read back with :func:`parse_probe`)."""
+    target = f"{shlex.quote(host)} {port}"
+    return f"""
+while :; do
+  t=$(_crpy_seconds "$(_crpy_now)")
+  if out=$(PGCONNECT_TIMEOUT=2 tcp_connect {target} 2>&1); then echo "$t ok"
+  else echo "$t fail ${{out##*: }}"; fi
+  sleep {PROBE_INTERVAL:g}
+done
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    ok: bool
+    error: str
+
+
+def parse_probe(log: str) -> list[Sample]:
+    """The attempts :func:`probe_script` printed, in order (other lines ignored)."""
+    samples = []
+    for line in log.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) >= 2 and parts[1] in ("ok", "fail"):
+            try:
+                at = float(parts[0])
+            except ValueError:
+                continue
+            samples.append(Sample(at, parts[1] == "ok", parts[2] if len(parts) > 2 else ""))
+    return samples
+
+
+@dataclass(frozen=True)
+class Outage:
+    """Connections that failed after ``since``: from the first to the last failure, when
+    they worked again, and each error with how often it was seen."""
+
+    first_failure: float | None
+    last_failure: float | None
+    recovered_at: float | None
+    errors: dict[str, int]
+
+    @property
+    def seconds(self) -> float:
+        if self.first_failure is None or self.recovered_at is None:
+            return 0.0
+        return self.recovered_at - self.first_failure
+
+
+def outage(samples: list[Sample], since: float) -> Outage:
+    """The outage among ``samples`` taken after ``since``: ``recovered_at`` is the first
+    success after the last failure (``None`` when the last attempt failed)."""
+    after = [s for s in samples if s.at >= since]
+    failures = [s for s in after if not s.ok]
+    errors: dict[str, int] = {}
+    for failure in failures:
+        errors[failure.error] = errors.get(failure.error, 0) + 1
+    if not failures:
+        return Outage(None, None, after[0].at if after else None, errors)
+    last = failures[-1]
+    recovered = next((s.at for s in after if s.ok and s.at > last.at), None)
+    return Outage(failures[0].at, last.at, recovered, errors)

@@ -7,12 +7,14 @@ would, and says so when it gives up (tests/e2e/connect.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from controller_runtime.envtest.node.cluster import LocalCluster
-from tests.e2e.connect import PRELUDE, Note, split_note
+from tests.e2e.connect import PRELUDE, Note, Sample, parse_probe, probe_script, split_note
 from tests.e2e.support import TIMINGS, diagnostics, wait_for
 
 CLIENT_IMAGE = "postgres:15"
@@ -114,6 +116,47 @@ def exec_in(cluster: LocalCluster, namespace: str, pod: str, script: str) -> str
     log, note = split_note(out)
     record(namespace, pod, note)
     return log
+
+
+@contextlib.contextmanager
+def probing(
+    cluster: LocalCluster, namespace: str, name: str, host: str, port: int
+) -> Iterator[Callable[[], list[Sample]]]:
+    """A Pod ``name`` connecting to ``host``:``port`` every 0.2 s while the block runs
+    (``connect.probe_script``); yields a function that returns its attempts so far. Starts
+    once the Pod has printed its first attempt; the Pod is deleted on exit."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": CLIENT_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["/bin/bash", "-c", PRELUDE + probe_script(host, port)],
+                }
+            ],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
+
+    def samples() -> list[Sample]:
+        return parse_probe(cluster.kubectl("logs", "-n", namespace, name, check=False))
+
+    try:
+        wait_for(
+            lambda: bool(samples()),
+            f"pod {namespace}/{name} probing {host}:{port}",
+            120,
+            lambda: diagnostics(cluster, namespace, f"pod {name}"),
+        )
+        yield samples
+    finally:
+        cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=false", check=False)
 
 
 def secret_env(variable: str, secret: str, key: str) -> dict[str, Any]:

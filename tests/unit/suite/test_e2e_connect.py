@@ -18,9 +18,13 @@ from tests.e2e.connect import (
     NOTE_PREFIX,
     PRELUDE,
     Note,
+    Outage,
     connecting,
     is_connection_failure,
+    outage,
+    parse_probe,
     prelude,
+    probe_script,
     retry_connection,
     split_note,
 )
@@ -230,3 +234,41 @@ def test_retry_connection_lets_answers_through_at_once() -> None:
     with pytest.raises(urllib.error.HTTPError):
         retry_connection(call, "listing", clock=clock, sleep=clock.sleep)
     assert calls == 1
+
+
+def test_the_probe_prints_one_line_per_attempt_until_killed() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens: every attempt is refused
+    script = prelude() + probe_script("127.0.0.1", port)
+    process = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    lines = [process.stdout.readline() for _ in range(3)]
+    process.kill()
+    process.wait()
+    samples = parse_probe("".join(lines))
+    assert len(samples) == 3 and not any(s.ok for s in samples), lines
+    assert all(s.error == "Connection refused" for s in samples), lines
+    assert samples[0].at <= samples[1].at <= samples[2].at
+
+
+def test_an_outage_is_measured_from_the_first_failure_to_the_recovery() -> None:
+    log = "\n".join(
+        [
+            "99.0 fail Connection refused",  # before `since`: not this outage
+            "100.0 ok",
+            "100.2 fail Connection refused",
+            "100.4 fail Network is unreachable",
+            "noise line",
+            "100.6 fail Network is unreachable",
+            "100.8 ok",
+            "101.0 ok",
+        ]
+    )
+    found = outage(parse_probe(log), since=99.5)
+    assert (found.first_failure, found.last_failure, found.recovered_at) == (100.2, 100.6, 100.8)
+    assert found.seconds == pytest.approx(0.6)
+    assert found.errors == {"Connection refused": 1, "Network is unreachable": 2}
+    still = outage(parse_probe("1.0 ok\n2.0 fail No route to host"), since=0)
+    assert still.recovered_at is None and still.seconds == 0
+    assert outage(parse_probe("1.0 ok\n2.0 ok"), since=0) == Outage(None, None, 1.0, {})
