@@ -20,6 +20,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -57,6 +58,52 @@ ETCD_GATEWAY_TESTS = (
 
 def pytest_report_header() -> str:
     return f"control-plane storage: {default_storage()}"
+
+
+@dataclass(frozen=True)
+class ClusterParts:
+    """What the cluster under test runs besides its API server. The local control plane runs
+    neither; a cluster reached with ``USE_EXISTING_CLUSTER`` usually runs both."""
+
+    controller_manager: bool
+    """Its controllers answer: ``kube-system``'s ``default`` ServiceAccount (made by the
+    ServiceAccount controller) or the ``kube-controller-manager`` leader Lease exists."""
+    nodes: int
+    """Nodes registered (kubelets that run Pods)."""
+
+
+def detect_cluster_parts(plane: ControlPlane) -> ClusterParts:
+    """:class:`ClusterParts` of ``plane`` (asked only of an existing cluster)."""
+    if not plane.existing_cluster:
+        return ClusterParts(controller_manager=False, nodes=0)
+    found = [
+        plane.kubectl(*args, "-o", "name", check=False).strip()
+        for args in (
+            ("get", "serviceaccount", "default", "-n", "kube-system"),
+            ("get", "lease", "kube-controller-manager", "-n", "kube-system"),
+        )
+    ]
+    nodes = plane.kubectl("get", "nodes", "-o", "name", check=False).split()
+    return ClusterParts(controller_manager=any(found), nodes=len(nodes))
+
+
+@pytest.fixture(scope="session")
+def cluster_parts(control_plane: ControlPlane) -> ClusterParts:
+    return detect_cluster_parts(control_plane)
+
+
+@pytest.fixture(autouse=True)
+def _skip_what_the_cluster_does_itself(request: pytest.FixtureRequest) -> None:
+    """A test marked ``plays("the job controller")`` writes what a cluster component would
+    write itself (a Job's status, a Pod's, a StatefulSet's), which only the local control
+    plane leaves to the test: on an existing cluster that runs a controller-manager or nodes
+    it is skipped, saying so."""
+    marker = request.node.get_closest_marker("plays")
+    if marker is None or not use_existing_cluster():
+        return
+    parts: ClusterParts = request.getfixturevalue("cluster_parts")
+    if parts.controller_manager or parts.nodes:
+        pytest.skip(f"plays {marker.args[0]}, which this cluster runs itself")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
