@@ -20,7 +20,6 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -30,6 +29,7 @@ from controller_runtime.envtest.storage import ETCD, default_storage
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
 from kubeclient.transport import Transport
+from tests.support import ClusterParts, detect_cluster_parts
 
 TEST_FEATURE_GATES = {"ShardedListAndWatch": True}
 """Alpha gates the suite's control plane turns on (sharded list and watch, KEP-5866)."""
@@ -58,33 +58,6 @@ ETCD_GATEWAY_TESTS = (
 
 def pytest_report_header() -> str:
     return f"control-plane storage: {default_storage()}"
-
-
-@dataclass(frozen=True)
-class ClusterParts:
-    """What the cluster under test runs besides its API server. The local control plane runs
-    neither; a cluster reached with ``USE_EXISTING_CLUSTER`` usually runs both."""
-
-    controller_manager: bool
-    """Its controllers answer: ``kube-system``'s ``default`` ServiceAccount (made by the
-    ServiceAccount controller) or the ``kube-controller-manager`` leader Lease exists."""
-    nodes: int
-    """Nodes registered (kubelets that run Pods)."""
-
-
-def detect_cluster_parts(plane: ControlPlane) -> ClusterParts:
-    """:class:`ClusterParts` of ``plane`` (asked only of an existing cluster)."""
-    if not plane.existing_cluster:
-        return ClusterParts(controller_manager=False, nodes=0)
-    found = [
-        plane.kubectl(*args, "-o", "name", check=False).strip()
-        for args in (
-            ("get", "serviceaccount", "default", "-n", "kube-system"),
-            ("get", "lease", "kube-controller-manager", "-n", "kube-system"),
-        )
-    ]
-    nodes = plane.kubectl("get", "nodes", "-o", "name", check=False).split()
-    return ClusterParts(controller_manager=any(found), nodes=len(nodes))
 
 
 @pytest.fixture(scope="session")
