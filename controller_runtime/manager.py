@@ -88,6 +88,7 @@ from controller_runtime.leaderelection import (
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
 from controller_runtime.sharding import ShardRing, ShardRingConfig
 from controller_runtime.util.events import EventRecorder, EventRecorderOptions
+from controller_runtime.webhook.server import WebhookServer
 from informers import metrics as informer_metrics
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
@@ -137,6 +138,10 @@ class ManagerOptions:
     failures, 429, 5xx) while starting, i.e. while a controller is built and its kinds are
     discovered; then :class:`~kubeclient.discovery.ServerUnreachableError` (120 s; ``None``:
     wait until cancelled). The first failure is logged at once with the server's address.
+    ``webhook_server``: the admission and conversion webhook server
+    (:class:`~controller_runtime.webhook.WebhookServer`), run on every replica; ``None``: one
+    with its defaults (port 9443), created when :attr:`Manager.webhook_server` is first used
+    (a manager that registers no webhook serves none).
     """
 
     namespaces: Sequence[str] | None = None
@@ -151,6 +156,7 @@ class ManagerOptions:
     field_manager: str = "controller-runtime-py"
     watch_timeout_seconds: int = 300
     start_timeout: float | None = 120.0
+    webhook_server: WebhookServer | None = None
 
 
 def _split_address(address: str | None) -> tuple[str, int] | None:
@@ -220,6 +226,25 @@ class Manager:
         self._recorders: dict[str, EventRecorder] = {}
         self._closed = False
         self._running = False
+        self._webhook_server: WebhookServer | None = None
+        if options.webhook_server is not None:
+            self._adopt_webhook_server(options.webhook_server)
+
+    @property
+    def webhook_server(self) -> WebhookServer:
+        """The webhook server (controller-runtime's ``GetWebhookServer``): the one in
+        ``ManagerOptions.webhook_server``, else one with the defaults, created now. It runs
+        on every replica, leader or not, from before the caches sync; its ``webhook-server``
+        readiness check fails until it answers a TLS handshake with a trusted certificate."""
+        if self._webhook_server is None:
+            self._adopt_webhook_server(WebhookServer())
+        assert self._webhook_server is not None
+        return self._webhook_server
+
+    def _adopt_webhook_server(self, server: WebhookServer) -> None:
+        self._webhook_server = server
+        self.add(server)
+        self._readyz["webhook-server"] = server.ready
 
     async def __aenter__(self) -> Manager:
         return self
