@@ -5,6 +5,7 @@ or that some API server's current bundle does not trust, and the CA does rotate.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -70,9 +71,7 @@ class World:
         assert self.state is not None
         if self.state.bundle_injected_at is None:
             self.injected.append((now, self.state.bundle))
-            self.state = RotationState(
-                **{**self.state.__dict__, "bundle_injected_at": now}  # type: ignore[arg-type]
-            )
+            self.state = dataclasses.replace(self.state, bundle_injected_at=now)
 
     def bundles_possible_at(self, now: float) -> list[tuple[str, ...]]:
         """The bundles an API server may hold at ``now``: any injected within the lag, and
