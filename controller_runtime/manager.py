@@ -88,6 +88,7 @@ from controller_runtime.leaderelection import (
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
 from controller_runtime.sharding import ShardRing, ShardRingConfig
 from controller_runtime.util.events import EventRecorder, EventRecorderOptions
+from controller_runtime.webhook.server import WebhookServer
 from informers import metrics as informer_metrics
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
@@ -141,6 +142,10 @@ class ManagerOptions:
     a ``ByObject.memory_limit`` of its own (``None``, the default: unbounded); above it the
     least recently used bodies are evicted, their metadata kept, and the client fetches
     them live on a read (see :mod:`controller_runtime.cache`).
+    ``webhook_server``: the admission and conversion webhook server
+    (:class:`~controller_runtime.webhook.WebhookServer`), run on every replica; ``None``: one
+    with its defaults (port 9443), created when :attr:`Manager.webhook_server` is first used
+    (a manager that registers no webhook serves none).
     """
 
     namespaces: Sequence[str] | None = None
@@ -156,6 +161,7 @@ class ManagerOptions:
     watch_timeout_seconds: int = 300
     start_timeout: float | None = 120.0
     cache_memory_limit: int | None = None
+    webhook_server: WebhookServer | None = None
 
 
 def _split_address(address: str | None) -> tuple[str, int] | None:
@@ -227,6 +233,25 @@ class Manager:
         self._closed = False
         self._running = False
         self._leading = False  # controllers are started (add_controller starts its own)
+        self._webhook_server: WebhookServer | None = None
+        if options.webhook_server is not None:
+            self._adopt_webhook_server(options.webhook_server)
+
+    @property
+    def webhook_server(self) -> WebhookServer:
+        """The webhook server (controller-runtime's ``GetWebhookServer``): the one in
+        ``ManagerOptions.webhook_server``, else one with the defaults, created now. It runs
+        on every replica, leader or not, from before the caches sync; its ``webhook-server``
+        readiness check fails until it answers a TLS handshake with a trusted certificate."""
+        if self._webhook_server is None:
+            self._adopt_webhook_server(WebhookServer())
+        assert self._webhook_server is not None
+        return self._webhook_server
+
+    def _adopt_webhook_server(self, server: WebhookServer) -> None:
+        self._webhook_server = server
+        self.add(server)
+        self._readyz["webhook-server"] = server.ready
 
     async def __aenter__(self) -> Manager:
         return self
