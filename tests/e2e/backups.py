@@ -12,7 +12,7 @@ from controller_runtime.envtest.node.s3 import S3Endpoint
 from tests.e2e.support import diagnostics, get_json, wait_for
 
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -106,7 +106,7 @@ def create_instance(
     apply(
         cluster,
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "PostgresInstance",
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,

@@ -12,7 +12,7 @@ from tests.e2e.backups import instance_ready
 from tests.e2e.support import TIMINGS, diagnostics, new_namespace, wait_for
 
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -25,7 +25,7 @@ def test_one_replica_turns_ready_and_accepts_connections(
     namespace = new_namespace(cluster, "pg")
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POLICY))
     instance = {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "PostgresInstance",
         "metadata": {"name": "db", "namespace": namespace},
         "spec": {"version": "15", "replicas": 1, "storage": {"size": "1Gi"}},
