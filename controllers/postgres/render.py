@@ -102,6 +102,10 @@ class Names:
         return self.name
 
 
+DEFAULT_STORAGE_SIZE = "1Gi"
+"""The volume size of each pod when ``spec.storage.size`` is not set (the CRD's default)."""
+
+
 def endpoint(instance: Mapping[str, Any]) -> dict[str, Any]:
     """Where applications connect: the primary Service's DNS name, or the external server."""
     spec = instance.get("spec") or {}
@@ -328,7 +332,7 @@ def volume_claim_templates(instance: Mapping[str, Any]) -> list[Obj]:
     storage = (instance.get("spec") or {}).get("storage") or {}
     spec: Obj = {
         "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": storage.get("size", "1Gi")}},
+        "resources": {"requests": {"storage": storage.get("size", DEFAULT_STORAGE_SIZE)}},
     }
     if storage.get("storageClassName"):
         spec["storageClassName"] = storage["storageClassName"]

@@ -37,6 +37,9 @@ class PostgresVersionPolicySpec(Schema):
     """Which PostgreSQL versions instances may choose, and their images. Rule: the policy is a
     singleton named default."""
 
+    default_version: Annotated[str, Pattern("^[0-9]{1,3}(\\.[0-9]{1,3})?$")] | None = None
+    """The version an in-cluster PostgresInstance without spec.version gets (set by the
+    operator's defaulting webhook; it must be enabled here)."""
     default_image: str | None = None
     """Image of a version without its own; "{version}" is replaced (default postgres:{version})."""
     versions: Annotated[
