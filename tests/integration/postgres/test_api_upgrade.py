@@ -224,8 +224,8 @@ async def test_old_objects_survive_the_upgrade_read_in_both_versions_and_migrate
     crd = await client.live.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name=name)
     await client.patch_status(crd, {"status": {"storedVersions": ["v1alpha1", "v1beta1"]}})
     obj = {**OBJECTS[0], "metadata": {**OBJECTS[0]["metadata"], "name": "second"}}
-    created = await client.create({"apiVersion": ALPHA, **obj})
-    assert await stored_api_version(old_plane, created) == BETA
+    second = await client.create({"apiVersion": ALPHA, **obj})
+    assert await stored_api_version(old_plane, second) == BETA
     migrator = StorageVersionMigrator(client, [name])
     await migrator.start()
     await migrator.done.wait()
