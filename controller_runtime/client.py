@@ -50,6 +50,7 @@ import msgspec
 
 from controller_runtime.cache import Cache, EvictedBodyError
 from controller_runtime.consistency import OwnWritesOverlay
+from controller_runtime.fencing import check_fence
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import CURRENT_RECONCILE, Request
 from controller_runtime.resource import Resource, Schema, adopt, as_body, split_target
@@ -148,6 +149,9 @@ async def retry_on_conflict(
 # ------------------------------------------------------------------------------- live reads
 
 
+_READS = frozenset({"GET", "HEAD"})
+
+
 async def _request(
     transport: Transport,
     method: str,
@@ -158,6 +162,12 @@ async def _request(
     content_type: str = "application/json",
     timeout: float | None = None,
 ) -> Response:
+    if method not in _READS:
+        # A write on behalf of a reconcile whose lease (leadership, a slot) is no longer
+        # provably held is never sent (controller_runtime.fencing).
+        context = CURRENT_RECONCILE.get()
+        if context is not None:
+            check_fence(context.fence)
     try:
         return await transport.request(
             method, path, params=params, body=body, content_type=content_type, timeout=timeout

@@ -63,6 +63,7 @@ from typing import Any
 
 from controller_runtime import metrics as _metrics
 from controller_runtime.cache import CacheSyncTimeoutError, KindInformers
+from controller_runtime.fencing import Fence
 from controller_runtime.handlers import EventHandler
 from controller_runtime.predicates import PredicateLike
 from controller_runtime.ratelimiter import RateLimiter, default_controller_rate_limiter
@@ -121,6 +122,7 @@ programming-error types (see the module docs)."""
 _PANICS = (*PANIC_TYPES, asyncio.CancelledError)  # a CancelledError that reached us is a stray one
 _WORKER_PAUSE = 0.1  # a worker's pause after a failure outside the reconcile, doubling...
 _WORKER_PAUSE_CAP = 10.0  # ...up to this while failures repeat
+_FENCED_RETRY = 1.0  # the delay of a request not reconciled because the fence was down
 _WORKER_RETRY = 1.0  # the delay of the requeue of a key whose processing failed that way
 _DEBUG = logging.DEBUG
 
@@ -284,6 +286,7 @@ class Controller:
         options: ControllerOptions | None = None,
         guard: ConsistencyGuard | None = None,
         echoes: OwnWriteRecorder | None = None,
+        fence: Fence | None = None,
     ) -> None:
         if not name:
             raise ValueError("a controller needs a name")
@@ -295,6 +298,10 @@ class Controller:
         self.name = name
         self.guard = guard
         self.echoes = echoes
+        self.fence = fence
+        """What the work depends on holding (set by the manager under leader election, by a
+        sharded controller per slot): checked before each reconcile starts and, by the client,
+        before each write of a reconcile (:mod:`controller_runtime.fencing`)."""
         self.queue: WorkQueue[Request] = WorkQueue(
             name,
             controller=name,
@@ -505,6 +512,18 @@ class Controller:
     # in one place, in order, as the table in the module docs lists it.
     async def _process(self, request: Request, priority: int) -> None:  # noqa: PLR0912,PLR0915
         queue = self.queue
+        fence = self.fence
+        if fence is not None and not fence.holds():
+            # Resumed after a pause past the deadline (or about to be stopped): no reconcile
+            # starts; the request stays queued for whoever holds the work, if it is us again.
+            log.debug(
+                "not reconciling: %s is no longer held",
+                fence.describe(),
+                extra=_log_fields(self.name, request, ""),
+            )
+            queue.add_after(request, _FENCED_RETRY, priority=priority)
+            queue.done(request)
+            return
         guard = self.guard
         if guard is not None:
             try:
@@ -524,7 +543,7 @@ class Controller:
         m = self._m
         reconcile_id = f"{self._id_prefix}{next(self._ids):x}"
         token = CURRENT_RECONCILE.set(
-            ReconcileContext(self.name, request, reconcile_id, guard, self.echoes)
+            ReconcileContext(self.name, request, reconcile_id, guard, self.echoes, fence)
         )
         self._active += 1
         start = time.perf_counter()

@@ -88,6 +88,7 @@ from controller_runtime.leaderelection import (
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
 from controller_runtime.sharding import ShardRing, ShardRingConfig
 from controller_runtime.util.events import EventRecorder, EventRecorderOptions
+from controller_runtime.webhook.server import WebhookServer
 from informers import metrics as informer_metrics
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
@@ -141,6 +142,10 @@ class ManagerOptions:
     a ``ByObject.memory_limit`` of its own (``None``, the default: unbounded); above it the
     least recently used bodies are evicted, their metadata kept, and the client fetches
     them live on a read (see :mod:`controller_runtime.cache`).
+    ``webhook_server``: the admission and conversion webhook server
+    (:class:`~controller_runtime.webhook.WebhookServer`), run on every replica; ``None``: one
+    with its defaults (port 9443), created when :attr:`Manager.webhook_server` is first used
+    (a manager that registers no webhook serves none).
     """
 
     namespaces: Sequence[str] | None = None
@@ -156,6 +161,7 @@ class ManagerOptions:
     watch_timeout_seconds: int = 300
     start_timeout: float | None = 120.0
     cache_memory_limit: int | None = None
+    webhook_server: WebhookServer | None = None
 
 
 def _split_address(address: str | None) -> tuple[str, int] | None:
@@ -227,6 +233,25 @@ class Manager:
         self._closed = False
         self._running = False
         self._leading = False  # controllers are started (add_controller starts its own)
+        self._webhook_server: WebhookServer | None = None
+        if options.webhook_server is not None:
+            self._adopt_webhook_server(options.webhook_server)
+
+    @property
+    def webhook_server(self) -> WebhookServer:
+        """The webhook server (controller-runtime's ``GetWebhookServer``): the one in
+        ``ManagerOptions.webhook_server``, else one with the defaults, created now. It runs
+        on every replica, leader or not, from before the caches sync; its ``webhook-server``
+        readiness check fails until it answers a TLS handshake with a trusted certificate."""
+        if self._webhook_server is None:
+            self._adopt_webhook_server(WebhookServer())
+        assert self._webhook_server is not None
+        return self._webhook_server
+
+    def _adopt_webhook_server(self, server: WebhookServer) -> None:
+        self._webhook_server = server
+        self.add(server)
+        self._readyz["webhook-server"] = server.ready
 
     async def __aenter__(self) -> Manager:
         return self
@@ -303,7 +328,13 @@ class Manager:
             raise RuntimeError("the manager is stopping or closed; it takes no new controllers")
         self.add(controller)
         if self._leading and not controller.started:
+            self._fence(controller)
             await controller.start()
+
+    def _fence(self, controller: Controller) -> None:
+        """A leader-elected controller checks the elector's deadline before each write."""
+        if self.elector is not None and controller.fence is None:
+            controller.fence = self.elector
 
     async def remove_controller(
         self, controller: Controller, drain_timeout: float | None = None
@@ -426,6 +457,7 @@ class Manager:
             self._leading = True
             for controller in list(self.controllers):
                 if not controller.started:
+                    self._fence(controller)
                     await controller.start()
             await self._stop.wait()
             log.info(
@@ -630,8 +662,36 @@ async def _logged(what: str, step: Awaitable[object]) -> None:
         log.warning("shutdown: %s failed (%s); going on", what, type(err).__name__, exc_info=err)
 
 
+EVENT_LOOP_ENV = "CRPY_EVENT_LOOP"
+"""The environment variable that picks the event loop: ``asyncio`` (default) or ``uvloop``."""
+
+
+def install_event_loop(choice: str | None = None) -> str:
+    """Pick the event loop for :func:`asyncio.run`: ``choice``, else ``$CRPY_EVENT_LOOP``,
+    else ``"asyncio"`` (the standard library's). Returns the loop in use.
+
+    The standard loop is the default because uvloop (0.23.0, under aiohttp) was seen to abort
+    the process (``Fatal Python error: Aborted`` from libuv) during API-server restarts with
+    many requests in flight (docs/reliability.md, "The event loop"); ``uvloop`` opts back in
+    for its speed (docs/benchmarks.md measures the difference). ``uvloop`` when it is not
+    installed falls back to ``asyncio`` with a warning; any other value is a ``ValueError``.
+    """
+    wanted = (choice if choice is not None else os.environ.get(EVENT_LOOP_ENV, "")).strip()
+    wanted = wanted.lower() or "asyncio"
+    if wanted == "asyncio":
+        asyncio.set_event_loop_policy(None)
+        return "asyncio"
+    if wanted == "uvloop":
+        if install_uvloop():
+            return "uvloop"
+        log.warning("%s=uvloop, but uvloop is not installed: using asyncio's loop", EVENT_LOOP_ENV)
+        return "asyncio"
+    raise ValueError(f"{EVENT_LOOP_ENV} must be 'asyncio' or 'uvloop', got {wanted!r}")
+
+
 def install_uvloop() -> bool:
-    """Use uvloop's event loop policy when it is installed. True if it is in use."""
+    """Use uvloop's event loop policy when it is installed. True if it is in use (see
+    :func:`install_event_loop` for why it is not the default)."""
     try:
         import uvloop  # noqa: PLC0415 (optional)
     except ImportError:
