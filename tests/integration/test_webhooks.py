@@ -46,6 +46,9 @@ from controller_runtime.envtest import (
 )
 from controller_runtime.errors import ApiError
 from controller_runtime.testing import eventually
+from controller_runtime.webhook import AdmissionResult
+from controller_runtime.webhook.rotation import RotationPolicy, Step
+from controller_runtime.webhook.selfmanaged import SelfManagedCertificates
 from kubeclient.config import ClusterConfig
 
 pytestmark = pytest.mark.integration
@@ -394,3 +397,88 @@ def test_the_installed_configurations_point_at_the_local_server(setup: Setup) ->
             assert url.startswith(f"https://127.0.0.1:{setup.installation.port}/")
             assert "service" not in webhook["clientConfig"]
     assert Path(setup.installation.cert_dir, "tls.crt").exists()
+
+
+async def test_self_managed_certificates_rotate_while_requests_flow(
+    control_plane: ControlPlane, admin_config: ClusterConfig, setup: Setup, namespace: str
+) -> None:
+    """A second manager on its own configuration, with certificates it manages itself and a
+    CA valid 40 s: while creates flow, the CA is replaced (added, switched to, the old one
+    dropped) and not one admission fails."""
+    options = WebhookInstallOptions(
+        validating=[
+            configuration(
+                "Validating",
+                "widgets-selfmanaged",
+                [
+                    admission_webhook(
+                        f"vwidget-selfmanaged.{GROUP}",
+                        "/validate-selfmanaged",
+                        api_groups=[GROUP],
+                        api_versions=["v2"],
+                        resources=["widgets"],
+                    )
+                ],
+            )
+        ]
+    )
+    installation = await asyncio.to_thread(options.install, control_plane)
+    server = installation.server()
+    manager = Manager(
+        admin_config,
+        ManagerOptions(
+            metrics_bind_address=None, health_probe_bind_address=None, webhook_server=server
+        ),
+    )
+    seen: list[str] = []
+
+    async def allow(request: AdmissionRequest) -> AdmissionResult:
+        seen.append(request.uid)
+        return AdmissionResult(allowed=True)
+
+    server.register("/validate-selfmanaged", allow)
+    policy = RotationPolicy(
+        ca_validity=40.0,
+        ca_renew_before=20.0,
+        serving_validity=30.0,
+        serving_renew_before=10.0,
+        overlap=3.0,
+    )
+    rotator, _ = SelfManagedCertificates(
+        secret=("webhook-certs", namespace),
+        service=("webhook-service", "system"),
+        validating_configurations=["widgets-selfmanaged"],
+        extra_hosts=["127.0.0.1"],
+        policy=policy,
+        reload_interval=0.5,
+        check_interval=0.5,
+    ).install(manager)
+    running = asyncio.create_task(manager.run())
+    try:
+        # The configuration names the envtest CA until the rotator injects its own.
+        await eventually(server.ready, timeout=30)
+        await eventually(lambda: len(seen) > 0 or _probe(setup, namespace, seen), timeout=30)
+        failures: list[str] = []
+        created = 0
+        while Step.DROP_OLD not in rotator.steps:
+            try:
+                await setup.client.create(widget(namespace, size=1), dry_run=True)
+                created += 1
+            except ApiError as err:
+                failures.append(err.message)
+            assert len(failures) == 0, failures
+            await asyncio.sleep(0.05)  # a steady flow of requests, not a synchronisation
+        assert rotator.steps[:1] == [Step.CREATE]
+        assert Step.ADD_CA in rotator.steps and Step.SWITCH in rotator.steps
+        assert created > 50 and not failures
+    finally:
+        manager.request_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await asyncio.to_thread(installation.uninstall, control_plane)
+
+
+async def _probe(setup: Setup, namespace: str, seen: list[str]) -> bool:
+    with contextlib.suppress(ApiError):
+        await setup.client.create(widget(namespace, size=1), dry_run=True)
+    return len(seen) > 0
