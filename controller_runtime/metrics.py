@@ -22,6 +22,8 @@ from informers.fastmetrics import Counter, Histogram
 
 __all__ = [
     "ACTIVE_WORKERS",
+    "CACHE_BYTES",
+    "CACHE_FETCH_ON_MISS",
     "CONTROLLER_LABELS",
     "MAX_CONCURRENT_RECONCILES",
     "RECONCILE_ERRORS",
@@ -279,6 +281,23 @@ STALE_SKIPS = Counter(
     "Total number of reconciles deferred because the cache had not yet observed the "
     "controller's own writes, per controller",
     CONTROLLER_LABELS,
+    registry=REGISTRY,
+)
+
+
+# --- The cache's memory budget ------------------------------------------------------------------
+
+CACHE_BYTES = Gauge(
+    "cache_bytes",
+    "Encoded bytes the cache holds per kind: full bodies, and the metadata of objects whose "
+    "body a memory budget evicted (read at scrape time)",
+    ("kind",),
+    registry=REGISTRY,
+)
+CACHE_FETCH_ON_MISS = Counter(
+    "cache_fetch_on_miss_total",
+    "Cached reads answered by a live GET because the memory budget had evicted the body, per kind",
+    ("kind",),
     registry=REGISTRY,
 )
 
