@@ -21,6 +21,12 @@ from controller_runtime.envtest.controlplane import (
     use_existing_cluster,
 )
 from controller_runtime.envtest.faultproxy import FaultProxy
+from controller_runtime.envtest.webhooks import (
+    WebhookInstallation,
+    WebhookInstallOptions,
+    admission_webhook,
+    configuration,
+)
 
 __all__ = [
     "ETCD_VERSION",
@@ -31,7 +37,11 @@ __all__ = [
     "ControlPlaneError",
     "FaultProxy",
     "Identity",
+    "WebhookInstallOptions",
+    "WebhookInstallation",
+    "admission_webhook",
     "cache_root",
+    "configuration",
     "find_binaries",
     "use_existing_cluster",
 ]

@@ -13,7 +13,8 @@ Modules: :mod:`.admission` (the request, :class:`Defaulter`, :class:`Validator`,
 :class:`Denied`, the AdmissionReview), :mod:`.conversion` (:class:`HubConverter`,
 :class:`Spoke`, the ConversionReview), :mod:`.server` (:class:`WebhookServer`: what each
 request is answered, metrics, draining), :mod:`.tls` (hot-reloaded serving certificates),
-:mod:`.builder` (:class:`WebhookBuilder`) and :mod:`.jsonpatch` (the defaulter's patch).
+:mod:`.builder` (:class:`WebhookBuilder`), :mod:`.selfmanaged` (certificates the leader creates,
+injects and rotates; :mod:`.rotation` its decisions) and :mod:`.jsonpatch` (the defaulter's patch).
 """
 
 from controller_runtime.webhook.admission import (
@@ -32,6 +33,8 @@ from controller_runtime.webhook.builder import (
     validating_handler,
 )
 from controller_runtime.webhook.conversion import ConversionError, Converter, HubConverter, Spoke
+from controller_runtime.webhook.rotation import RotationPolicy
+from controller_runtime.webhook.selfmanaged import SelfManagedCertificates
 from controller_runtime.webhook.server import (
     CONVERT_PATH,
     DEFAULT_PORT,
@@ -55,6 +58,8 @@ __all__ = [
     "Denied",
     "HubConverter",
     "MalformedReviewError",
+    "RotationPolicy",
+    "SelfManagedCertificates",
     "ServingPair",
     "Spoke",
     "Validator",

@@ -17,7 +17,7 @@ the handler                                 the AdmissionReview's response
 returns (warnings)                          ``allowed: true``, the warnings, the patch (defaulter)
 raises :class:`Denied`                      ``allowed: false``, ``status`` with its code (403),
                                             message and field (``details.causes``)
-raises anything else, or times out          no review: an HTTP error (500, 504) whose body says
+raises anything else, or times out          no review: an HTTP error (500) whose body says
                                             why, so the webhook's ``failurePolicy`` decides
 ==========================================  ======================================================
 """

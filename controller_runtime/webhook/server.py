@@ -14,10 +14,12 @@ not ``application/json``, not JSON, not a review   400 with what is wrong
 body over ``max_request_bytes`` (7 MiB)            413
 a path nothing is registered at                    404
 the handler raised (not :class:`Denied`)           500 with the exception's type and message
-the handler ran over ``handler_timeout`` (9 s)     504
+the handler ran over ``handler_timeout`` (9 s)     500 saying so (not 504: the API server
+                                                   reports a 504 as its own timeout and
+                                                   drops the reason)
 =================================================  =============================================
 
-A 500 or 504 is a failed call to the API server, so the webhook configuration's
+A 500 is a failed call to the API server, so the webhook configuration's
 ``failurePolicy`` decides (``Fail`` refuses the request with the body's reason, ``Ignore``
 admits it); a denial is not a failure and refuses whatever the policy.
 
@@ -97,7 +99,7 @@ class WebhookServer:
     in ``cert_dir``) makes the server require client certificates signed by that CA.
 
     ``handler_timeout`` (9 s: under the API server's default ``timeoutSeconds`` of 10 s, so
-    that the API server gets the 504 and its reason rather than timing out itself; keep it
+    that the API server gets the 500 and its reason rather than timing out itself; keep it
     under the configuration's ``timeoutSeconds``) bounds each handler;
     ``max_request_bytes`` (7 MiB) each body.
 
@@ -155,12 +157,23 @@ class WebhookServer:
         self._admission: dict[str, AdmissionHandler] = {}
         self._converters: dict[tuple[str, str], Converter] = {}
         self._runner: web.AppRunner | None = None
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._listener: asyncio.Server | None = None
         self.url: str | None = None
         """``https://host:port`` once started (the port actually bound)."""
 
     def __repr__(self) -> str:
         return f"WebhookServer({self.host}:{self.port})"
+
+    def use_external_certificates(self) -> None:
+        """Stop watching ``cert_dir``: the serving pair comes from :attr:`tls`'s ``load``
+        (the self-managed certificates call this). Before :meth:`start` only."""
+        if self._runner is not None:
+            raise RuntimeError("choose where certificates come from before the server starts")
+        self._watcher = None
+        self.cert_dir = None
 
     # -- registration -------------------------------------------------------------------
 
@@ -236,7 +249,12 @@ class WebhookServer:
             self._listener.close()
         if self._watcher is not None:
             await self._watcher.stop()
-        await self._close_runner(60.0 if drain_timeout is None else drain_timeout)
+        # Our own count of reviews in flight: aiohttp's shutdown would wait out its whole
+        # timeout on idle keep-alive connections (the API server keeps them open).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(60.0 if drain_timeout is None else drain_timeout):
+                await self._idle.wait()
+        await self._close_runner(1.0)  # responses being written; idle connections
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.wait_closed()
@@ -258,11 +276,16 @@ class WebhookServer:
             return web.Response(status=404, text=f"no webhook is registered at {path}\n")
         in_flight = WEBHOOK_IN_FLIGHT.labels(path)
         in_flight.inc()
+        self._in_flight += 1
+        self._idle.clear()
         started = time.perf_counter()
         try:
             status, body, content_type = await self._answer(request, path, handler)
         finally:
             in_flight.dec()
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
         WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
         WEBHOOK_REQUESTS.labels(path, str(status)).inc()
         return web.Response(status=status, body=body, content_type=content_type)
@@ -291,7 +314,7 @@ class WebhookServer:
             return _text(400, f"malformed review: {err}")
         except TimeoutError:
             log.warning("webhook %s: the handler ran over %.1fs", path, self.handler_timeout)
-            return _text(504, f"the webhook handler at {path} ran over {self.handler_timeout}s")
+            return _text(500, f"the webhook handler at {path} ran over {self.handler_timeout}s")
         except Exception as err:
             log.error("webhook %s: the handler raised %s", path, type(err).__name__, exc_info=err)
             reason = f"{type(err).__name__}: {err}"

@@ -1,0 +1,586 @@
+"""Self-managed webhook certificates: a CA and a serving certificate in a Secret, created and
+rotated by the leader, injected into the webhook configurations and the CRDs' conversion,
+and served by every replica without a restart.
+
+::
+
+    SelfManagedCertificates(
+        secret=("webhook-certs", "system"),
+        service=("webhook-service", "system"),
+        validating_configurations=["widgets"],
+        conversion_crds=["widgets.shop.example.com"],
+    ).install(manager)
+
+Two runnables do the work (:meth:`SelfManagedCertificates.install` adds both):
+
+* the **rotator** (leader only) reads the Secret, takes the step
+  :func:`~controller_runtime.webhook.rotation.plan` names (create, renew, add a next CA,
+  switch, drop the old CA), writes the Secret (a conditioned update: two leaders never
+  overwrite each other), then makes every target's ``caBundle`` equal to the Secret's bundle
+  (every webhook of each named configuration; each named CRD's
+  ``spec.conversion.webhook.clientConfig``), and records when that was done. It looks again
+  when the next step is due, and at least every ``check_interval`` (60 s), so a webhook
+  added to a configuration later, or a ``caBundle`` someone overwrote, gets the bundle back.
+* the **reloader** (every replica) reads the Secret every ``reload_interval`` (10 s) and
+  serves its certificate (:class:`~controller_runtime.webhook.tls.ServingTLS`: new
+  connections get it at once, open ones keep theirs); the server's readiness then trusts the
+  Secret's bundle, and checks the certificate is valid for ``<service>.<namespace>.svc``.
+
+The Secret is of type ``kubernetes.io/tls``: ``tls.crt``/``tls.key`` (the serving pair),
+``ca.crt`` (the bundle, newest CA first; cert-manager's layout, so the Secret may also be
+mounted as a certificate directory), ``signer.crt``/``signer.key`` (the CA that signs) and,
+while one is introduced, ``next.crt``/``next.key``. The CA's key is in the Secret: limit
+``get`` on it to the operator's service account (RBAC ``resourceNames``). Nothing here logs a
+key.
+
+Needs the ``cryptography`` package (``pip install controller-runtime-py[webhook]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from controller_runtime.webhook.rotation import (
+    Authority,
+    Leaf,
+    RotationPolicy,
+    RotationState,
+    Step,
+    next_check,
+    plan,
+    transition,
+)
+from controller_runtime.webhook.tls import CertificateError, ServingPair
+
+if TYPE_CHECKING:
+    from controller_runtime.client import Client
+    from controller_runtime.manager import Manager
+    from controller_runtime.webhook.server import WebhookServer
+
+__all__ = [
+    "INJECTED_AT",
+    "SWITCHED_AT",
+    "CertificateReloader",
+    "CertificateRotator",
+    "SelfManagedCertificates",
+    "service_hosts",
+]
+
+log = logging.getLogger(__name__)
+
+INJECTED_AT = "webhook.controller-runtime-py.io/bundle-injected-at"
+SWITCHED_AT = "webhook.controller-runtime-py.io/switched-at"
+
+
+def service_hosts(name: str, namespace: str) -> list[str]:
+    """The names a Service is called by: ``name``, ``name.ns``, ``name.ns.svc`` (what the
+    API server checks) and ``name.ns.svc.cluster.local``."""
+    return [
+        name,
+        f"{name}.{namespace}",
+        f"{name}.{namespace}.svc",
+        f"{name}.{namespace}.svc.cluster.local",
+    ]
+
+
+# -- certificates (cryptography) -----------------------------------------------------------
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography import x509  # noqa: PLC0415 (optional dependency)
+    except ImportError:  # pragma: no cover (installed with the [webhook] extra)
+        raise ImportError(
+            "self-managed webhook certificates need the cryptography package: "
+            "pip install 'controller-runtime-py[webhook]'"
+        ) from None
+    return x509
+
+
+def _fingerprint(cert_pem: bytes) -> str:
+    return hashlib.sha256(cert_pem.strip()).hexdigest()[:16]
+
+
+def _pem_blocks(bundle: bytes) -> list[bytes]:
+    marker = b"-----END CERTIFICATE-----"
+    return [part.strip() + b"\n" + marker + b"\n" for part in bundle.split(marker) if part.strip()]
+
+
+@dataclass
+class _Minted:
+    cert_pem: bytes
+    key_pem: bytes
+
+
+class _Mint:
+    """Issues ECDSA P-256 certificates and remembers their PEMs by fingerprint."""
+
+    def __init__(self, known: dict[str, _Minted]) -> None:
+        self.known = known
+
+    def authority(self, not_after: float) -> Authority:
+        x509 = _crypto()
+        from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
+        from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+        from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"webhook-ca-{stamp}")])
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_utc(time.time() - 300))
+            .not_valid_after(_utc(not_after))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(key, hashes.SHA256())
+        )
+        return self._remember(cert, key, not_after)
+
+    def leaf(self, ca: Authority, not_after: float, hosts: frozenset[str]) -> Leaf:
+        x509 = _crypto()
+        import ipaddress  # noqa: PLC0415
+
+        from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+        from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: PLC0415
+
+        issuer = self.known[ca.id]
+        ca_cert = x509.load_pem_x509_certificate(issuer.cert_pem)
+        ca_key = serialization.load_pem_private_key(issuer.key_pem, password=None)
+        key = ec.generate_private_key(ec.SECP256R1())
+        names: list[Any] = []
+        for host in sorted(hosts):
+            try:
+                names.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                names.append(x509.DNSName(host))
+        common = next((h for h in sorted(hosts) if h.endswith(".svc")), sorted(hosts)[0])
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_utc(time.time() - 300))
+            .not_valid_after(_utc(not_after))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        minted = self._remember(cert, key, not_after)
+        return Leaf(minted.id, ca.id, not_after, frozenset(hosts))
+
+    def _remember(self, cert: Any, key: Any, not_after: float) -> Authority:
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
+        cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        identity = _fingerprint(cert_pem)
+        self.known[identity] = _Minted(cert_pem, key_pem)
+        return Authority(identity, not_after)
+
+
+def _utc(epoch: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+
+
+def _cert_facts(cert_pem: bytes) -> tuple[float, frozenset[str], str]:
+    """End of validity (epoch), the SAN host names, the issuer's fingerprint-free name."""
+    x509 = _crypto()
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    hosts: set[str] = set()
+    with contextlib.suppress(x509.ExtensionNotFound):
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        hosts |= {str(v) for v in sans.get_values_for_type(x509.DNSName)}
+        hosts |= {str(v) for v in sans.get_values_for_type(x509.IPAddress)}
+    return cert.not_valid_after_utc.timestamp(), frozenset(hosts), cert.issuer.rfc4514_string()
+
+
+def _issued_by(leaf_pem: bytes, ca_pem: bytes) -> bool:
+    x509 = _crypto()
+    try:
+        x509.load_pem_x509_certificate(leaf_pem).verify_directly_issued_by(
+            x509.load_pem_x509_certificate(ca_pem)
+        )
+    except Exception:
+        return False
+    return True
+
+
+# -- the Secret ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Stored:
+    """The Secret, read: the state as values, the PEMs behind it, its resourceVersion."""
+
+    state: RotationState | None
+    known: dict[str, _Minted] = field(default_factory=dict)
+    bundle_pems: dict[str, bytes] = field(default_factory=dict)
+    resource_version: str | None = None
+    exists: bool = False
+
+
+def _decode(data: dict[str, str], key: str) -> bytes | None:
+    value = data.get(key)
+    return base64.b64decode(value) if value else None
+
+
+def read_state(secret: dict[str, Any] | None) -> _Stored:
+    """Parse the Secret (``None``: absent). A Secret this module cannot read gives a state of
+    ``None`` (the rotator then creates a fresh CA, logging why)."""
+    if secret is None:
+        return _Stored(None)
+    metadata = secret.get("metadata") or {}
+    stored = _Stored(None, resource_version=metadata.get("resourceVersion"), exists=True)
+    data = secret.get("data") or {}
+    annotations = metadata.get("annotations") or {}
+    try:
+        signer_pem, signer_key = _decode(data, "signer.crt"), _decode(data, "signer.key")
+        tls_pem, tls_key = _decode(data, "tls.crt"), _decode(data, "tls.key")
+        bundle = _decode(data, "ca.crt") or b""
+        if not (signer_pem and signer_key and tls_pem and tls_key):
+            return stored
+        signer = Authority(_fingerprint(signer_pem), _cert_facts(signer_pem)[0])
+        stored.known[signer.id] = _Minted(signer_pem, signer_key)
+        next_ca = None
+        next_pem, next_key = _decode(data, "next.crt"), _decode(data, "next.key")
+        if next_pem and next_key:
+            next_ca = Authority(_fingerprint(next_pem), _cert_facts(next_pem)[0])
+            stored.known[next_ca.id] = _Minted(next_pem, next_key)
+        for pem in _pem_blocks(bundle):
+            stored.bundle_pems[_fingerprint(pem)] = pem
+        not_after, hosts, _ = _cert_facts(tls_pem)
+        issuer = signer.id if _issued_by(tls_pem, signer_pem) else "unknown"
+        serving = Leaf(_fingerprint(tls_pem), issuer, not_after, hosts)
+        stored.known[serving.id] = _Minted(tls_pem, tls_key)
+        stored.state = RotationState(
+            signer=signer,
+            serving=serving,
+            bundle=tuple(stored.bundle_pems),
+            next_ca=next_ca,
+            bundle_injected_at=_float(annotations.get(INJECTED_AT)),
+            switched_at=_float(annotations.get(SWITCHED_AT)),
+        )
+    except Exception as err:
+        log.warning("webhook certificates: the Secret cannot be read (%s)", type(err).__name__)
+        stored.state = None
+    return stored
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode()
+
+
+def secret_body(
+    name: str, namespace: str, state: RotationState, known: dict[str, _Minted], bundle: bytes
+) -> dict[str, Any]:
+    """The Secret holding ``state`` (``bundle``: the PEMs of ``state.bundle``, in order)."""
+    serving, signer = known[state.serving.id], known[state.signer.id]
+    data = {
+        "tls.crt": _b64(serving.cert_pem),
+        "tls.key": _b64(serving.key_pem),
+        "ca.crt": _b64(bundle),
+        "signer.crt": _b64(signer.cert_pem),
+        "signer.key": _b64(signer.key_pem),
+    }
+    if state.next_ca is not None:
+        following = known[state.next_ca.id]
+        data["next.crt"], data["next.key"] = _b64(following.cert_pem), _b64(following.key_pem)
+    annotations = {}
+    if state.bundle_injected_at is not None:
+        annotations[INJECTED_AT] = repr(state.bundle_injected_at)
+    if state.switched_at is not None:
+        annotations[SWITCHED_AT] = repr(state.switched_at)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": metadata,
+        "data": data,
+    }
+
+
+# -- the runnables ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelfManagedCertificates:
+    """The webhook server's certificates, managed in-cluster; see the module docstring.
+
+    ``secret`` and ``service`` are ``(name, namespace)``; ``extra_hosts`` are more names (or
+    IP addresses) for the serving certificate (a local server's ``127.0.0.1``).
+    ``policy``: validity and rotation timing (:class:`~controller_runtime.webhook.rotation.
+    RotationPolicy`: CA 365 days, serving 90 days, renewed 30 days before their end, 10 min
+    overlap). ``reload_interval`` (10 s): how often every replica re-reads the Secret;
+    ``check_interval`` (60 s): the leader's longest pause between two checks.
+    """
+
+    secret: tuple[str, str]
+    service: tuple[str, str]
+    mutating_configurations: Sequence[str] = ()
+    validating_configurations: Sequence[str] = ()
+    conversion_crds: Sequence[str] = ()
+    extra_hosts: Sequence[str] = ()
+    policy: RotationPolicy = field(default_factory=RotationPolicy)
+    reload_interval: float = 10.0
+    check_interval: float = 60.0
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        return frozenset([*service_hosts(*self.service), *self.extra_hosts])
+
+    def install(self, manager: Manager) -> tuple[CertificateRotator, CertificateReloader]:
+        """Serve the Secret's certificate from ``manager.webhook_server`` (its certificate
+        directory is no longer watched) and add the rotator and the reloader."""
+        self.policy.check(self.reload_interval)
+        server = manager.webhook_server
+        server.use_external_certificates()
+        server.service_hostname = f"{self.service[0]}.{self.service[1]}.svc"
+        reloader = CertificateReloader(self, manager.client, server)
+        rotator = CertificateRotator(self, manager.client, on_write=reloader.poke)
+        manager.add(rotator)
+        manager.add(reloader)
+        return rotator, reloader
+
+
+class _Loop:
+    """A task that runs ``_once`` now and then, until stopped; ``poke`` runs it at once."""
+
+    name = "loop"
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._poked = asyncio.Event()
+
+    def poke(self) -> None:
+        self._poked.set()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=self.name)
+
+    async def stop(self, drain_timeout: float | None) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                delay = await self._once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                failures += 1
+                delay = min(0.5 * 2 ** (failures - 1), 30.0)
+                log.warning(
+                    "%s failed (%s: %s); again in %.1fs", self.name, type(err).__name__, err, delay
+                )
+            self._poked.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(delay, 0.0)):
+                    await self._poked.wait()
+
+    async def _once(self) -> float:
+        raise NotImplementedError
+
+
+class CertificateReloader(_Loop):
+    """Every replica: serve the Secret's certificate, trust its bundle for readiness."""
+
+    need_leader_election = False
+    name = "webhook-certificate-reloader"
+
+    def __init__(
+        self, config: SelfManagedCertificates, client: Client, server: WebhookServer
+    ) -> None:
+        super().__init__()
+        self.config, self.client, self.server = config, client, server
+
+    async def _once(self) -> float:
+        name, namespace = self.config.secret
+        from controller_runtime.errors import NotFoundError  # noqa: PLC0415
+
+        try:
+            secret = await self.client.live.get("v1", "Secret", name=name, namespace=namespace)
+        except NotFoundError:
+            log.info("webhook certificates: waiting for the Secret %s/%s", namespace, name)
+            return self.config.reload_interval
+        data = secret.get("data") or {}
+        cert, key, bundle = (_decode(data, k) for k in ("tls.crt", "tls.key", "ca.crt"))
+        if cert and key:
+            try:
+                self.server.tls.load(ServingPair(cert, key))
+            except CertificateError as err:
+                log.warning("webhook certificates: %s; keeping the current pair", err)
+        if bundle:
+            self.server.trust_bundle = bundle
+        return self.config.reload_interval
+
+
+class CertificateRotator(_Loop):
+    """The leader: create and rotate the Secret's certificates, inject the bundle."""
+
+    need_leader_election = True
+    name = "webhook-certificate-rotator"
+
+    def __init__(
+        self,
+        config: SelfManagedCertificates,
+        client: Client,
+        *,
+        on_write: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.config, self.client = config, client
+        self.on_write = on_write
+        self.clock = clock
+        self.steps: list[Step] = []
+        """Every step taken but ``NONE``, in order (for tests and logs)."""
+
+    async def _once(self) -> float:
+        from controller_runtime.errors import NotFoundError  # noqa: PLC0415
+
+        name, namespace = self.config.secret
+        try:
+            secret = await self.client.live.get("v1", "Secret", name=name, namespace=namespace)
+        except NotFoundError:
+            secret = None
+        stored = read_state(secret)
+        now = self.clock()
+        policy, hosts = self.config.policy, self.config.hosts
+        step = plan(stored.state, now, policy, hosts)
+        state = stored.state
+        if step is not Step.NONE:
+            if step is Step.CREATE and stored.exists:
+                log.warning(
+                    "webhook certificates: the Secret %s/%s holds no usable CA; creating a new one",
+                    namespace,
+                    name,
+                )
+            mint = _Mint(stored.known)
+            state = transition(
+                state,
+                step,
+                now,
+                policy,
+                hosts,
+                new_authority=mint.authority,
+                new_leaf=mint.leaf,
+            )
+            assert state is not None
+            await self._write(stored, state)
+            self.steps.append(step)
+            log.info("webhook certificates: %s (serving %s)", step.value, state.serving.id)
+        assert state is not None
+        bundle = self._bundle(stored, state)
+        await self._inject(bundle)
+        if state.bundle_injected_at is None:
+            state = replace(state, bundle_injected_at=self.clock())
+            await self._write(stored, state)
+        return next_check(state, self.clock(), policy, self.config.check_interval) - self.clock()
+
+    def _bundle(self, stored: _Stored, state: RotationState) -> bytes:
+        pems = []
+        for identity in state.bundle:
+            pem = stored.bundle_pems.get(identity) or (
+                stored.known[identity].cert_pem if identity in stored.known else None
+            )
+            if pem is not None:
+                pems.append(pem)
+        return b"".join(pems)
+
+    async def _write(self, stored: _Stored, state: RotationState) -> None:
+        name, namespace = self.config.secret
+        bundle = self._bundle(stored, state)
+        body = secret_body(name, namespace, state, stored.known, bundle)
+        if not stored.exists:
+            written = await self.client.create(body)  # AlreadyExistsError: next pass reads it
+        else:
+            body["metadata"]["resourceVersion"] = stored.resource_version
+            written = await self.client.update(body)  # ConflictError: another writer; next pass
+        stored.resource_version = written["metadata"]["resourceVersion"]
+        stored.exists = True
+        if self.on_write is not None:
+            self.on_write()
+
+    async def _inject(self, bundle: bytes) -> None:
+        encoded = _b64(bundle)
+        group = "admissionregistration.k8s.io/v1"
+        for kind, names in (
+            ("MutatingWebhookConfiguration", self.config.mutating_configurations),
+            ("ValidatingWebhookConfiguration", self.config.validating_configurations),
+        ):
+            for config_name in names:
+                obj = await self.client.live.get(group, kind, name=config_name)
+                changed = False
+                for webhook in obj.get("webhooks") or []:
+                    client_config = webhook.setdefault("clientConfig", {})
+                    if client_config.get("caBundle") != encoded:
+                        client_config["caBundle"] = encoded
+                        changed = True
+                if changed:
+                    await self.client.update(obj)
+        for crd_name in self.config.conversion_crds:
+            crd = await self.client.live.get(
+                "apiextensions.k8s.io/v1", "CustomResourceDefinition", name=crd_name
+            )
+            webhook = ((crd.get("spec") or {}).get("conversion") or {}).get("webhook")
+            if webhook is None:
+                log.warning(
+                    "webhook certificates: the CRD %s has no webhook conversion to inject into",
+                    crd_name,
+                )
+                continue
+            client_config = webhook.setdefault("clientConfig", {})
+            if client_config.get("caBundle") != encoded:
+                client_config["caBundle"] = encoded
+                await self.client.update(crd)
