@@ -15,7 +15,7 @@ from controller_runtime.client import Transport
 from controller_runtime.config import load_kubeconfig
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.__main__ import plane_kubectl, print_access
-from controller_runtime.manager import install_uvloop
+from controller_runtime.manager import install_event_loop
 from controllers.app import run_operator
 from controllers.cli import settings_from
 from controllers.dev import print_endpoints
@@ -50,7 +50,7 @@ async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -
     """The admin Secret of ``server``, a version policy enabling its major version, an
     external PostgresInstance using it and a ServiceBinding to it."""
     major = server.version.split(".")[0]
-    group = "/apis/postgres.crpy.io/v1alpha1"
+    group = "/apis/postgres.crpy.io/v1beta1"
     base = f"{group}/namespaces/{DEMO_NAMESPACE}"
     async with Transport(await load_kubeconfig(plane.kubeconfig)) as transport:
         await transport.request(
@@ -65,7 +65,7 @@ async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -
             "POST",
             f"{group}/postgresversionpolicies",
             body={
-                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "apiVersion": "postgres.crpy.io/v1beta1",
                 "kind": "PostgresVersionPolicy",
                 "metadata": {"name": "default"},
                 "spec": {
@@ -91,7 +91,7 @@ async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -
             ("servicebindings", "ServiceBinding", "shop", {"instanceRef": {"name": "demo-db"}}),
         ):
             body = {
-                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "apiVersion": "postgres.crpy.io/v1beta1",
                 "kind": kind,
                 "metadata": {"name": name},
                 "spec": spec,
@@ -135,5 +135,5 @@ def run_on_local_plane(args: list[str]) -> int:
         print_endpoints(settings)
         print("Ctrl-C stops the operator, PostgreSQL and the control plane.", flush=True)
         configure_logging(settings.log_level, settings.log_format)
-        install_uvloop()
+        install_event_loop()
         return asyncio.run(run_operator(settings))

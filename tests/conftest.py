@@ -47,12 +47,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # The end-to-end tests need a real node (root, minutes of set-up): only `make e2e` runs them.
 collect_ignore = [] if os.environ.get("CRPY_E2E") else ["e2e"]
 
-# Tests that compact etcd through its own gRPC gateway, which kine does not have: on another
+# Tests that compact or read etcd through its own gRPC gateway, which kine does not have: on another
 # storage (CRPY_ENVTEST_STORAGE, `make test-storage`) they are deselected, and
 # tests/integration/storage/test_compaction.py covers the same relist on every backend.
 ETCD_GATEWAY_TESTS = (
     "tests/integration/test_informers.py::test_real_410_after_etcd_compaction_relists_and_converges",
     "tests/integration/test_informers.py::test_uid_change_behind_a_410_reaches_handlers_as_delete_then_add",
+    "tests/integration/postgres/test_api_upgrade.py::test_old_objects_survive_the_upgrade_read_in_both_versions_and_migrate",
 )
 
 

@@ -14,7 +14,7 @@ from tests.e2e.pods import secret_env, succeeded
 from tests.e2e.support import diagnostics, get_json, wait_for
 
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -108,7 +108,7 @@ def create_instance(
     apply(
         cluster,
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "PostgresInstance",
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,

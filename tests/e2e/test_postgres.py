@@ -15,7 +15,7 @@ from tests.e2e.pods import secret_env, succeeded
 from tests.e2e.support import TIMINGS, diagnostics, new_namespace, wait_for
 
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -28,7 +28,7 @@ def test_one_replica_turns_ready_and_accepts_connections(
     namespace = new_namespace(cluster, "pg")
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POLICY))
     instance = {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "PostgresInstance",
         "metadata": {"name": "db", "namespace": namespace},
         "spec": {"version": "15", "replicas": 1, "storage": {"size": "1Gi"}},

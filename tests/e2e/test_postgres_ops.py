@@ -34,7 +34,7 @@ from tests.e2e.pods import condition, exec_in, probing, run_pod, secret_env
 from tests.e2e.support import TIMINGS, diagnostics, get_json, new_namespace, wait_for
 
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -124,7 +124,7 @@ def instance(cluster: LocalCluster, operator: str) -> Iterator[Instance]:
         "deletionPolicy": "Delete",
     }
     manifest = {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "PostgresInstance",
         "metadata": {"name": INSTANCE, "namespace": namespace},
         "spec": spec,
@@ -215,7 +215,7 @@ def test_binding_secret_used_by_an_app_then_deleted_drops_the_role(
 ) -> None:
     namespace = instance.namespace
     binding = {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "ServiceBinding",
         "metadata": {"name": "shop", "namespace": namespace},
         "spec": {"instanceRef": {"name": instance.name}, "database": "shop"},

@@ -211,7 +211,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     # 1 → 3, synchronous: replication settings, a PDB, and the config hash moves.
     first_hash = template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
     pg = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
-    await kube.patch(pg, {"spec": {"replicas": 3, "replication": {"mode": "sync"}}})
+    await kube.patch(pg, {"spec": {"replicas": 3, "replication": {"synchronous": {"number": 1}}}})
     sts = await wait_for(
         transport,
         "statefulsets",
