@@ -295,9 +295,9 @@ def main(argv: list[str] | None = None) -> None:
         if stage == "decode":
             print(json.dumps(decode_stage(n)))
             return
-        from controller_runtime.manager import install_uvloop  # noqa: PLC0415
+        from controller_runtime.manager import install_event_loop  # noqa: PLC0415
 
-        install_uvloop()
+        install_event_loop()
         print(json.dumps(asyncio.run(ours_stage(stage, n, args.server))))
         return
     results = run_core(

@@ -5,7 +5,8 @@ fresh process on a namespace that holds N objects nobody has reconciled yet (cre
 beforehand, not measured):
 
 - ``ours``: the operator as shipped, ``python -m controllers --controllers task`` (the Task
-  controller on the manager, uvloop, logging at warning), restricted to the namespace.
+  controller on the manager, its default event loop, logging at warning), restricted to the
+  namespace.
 - ``go``: the Go peer (``bench/peers/go``), the same Task controller on controller-runtime.
 - ``mirror``: the first controller of docs/controllers.md, run exactly as written there
   (extracted from the page into the results directory), over N ConfigMaps labelled

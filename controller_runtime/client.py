@@ -48,8 +48,9 @@ from typing import Any, Literal, TypeVar, overload
 
 import msgspec
 
-from controller_runtime.cache import Cache
+from controller_runtime.cache import Cache, EvictedBodyError
 from controller_runtime.consistency import OwnWritesOverlay
+from controller_runtime.fencing import check_fence
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import CURRENT_RECONCILE, Request
 from controller_runtime.resource import Resource, Schema, adopt, as_body, split_target
@@ -148,6 +149,9 @@ async def retry_on_conflict(
 # ------------------------------------------------------------------------------- live reads
 
 
+_READS = frozenset({"GET", "HEAD"})
+
+
 async def _request(
     transport: Transport,
     method: str,
@@ -158,6 +162,12 @@ async def _request(
     content_type: str = "application/json",
     timeout: float | None = None,
 ) -> Response:
+    if method not in _READS:
+        # A write on behalf of a reconcile whose lease (leadership, a slot) is no longer
+        # provably held is never sent (controller_runtime.fencing).
+        context = CURRENT_RECONCILE.get()
+        if context is not None:
+            check_fence(context.fence)
     try:
         return await transport.request(
             method, path, params=params, body=body, content_type=content_type, timeout=timeout
@@ -403,11 +413,19 @@ class Client:
         cls, api_version, kind, key = split_target(api_version, kind, key, method="client.get")
         namespace, name = resolve_key(key, name, namespace, method="client.get")
         if self._overlay is None:
-            if cls is not None:
-                return self.cache.get(cls, name=name, namespace=namespace)
-            return self.cache.get(api_version, kind, name=name, namespace=namespace)
+            try:
+                if cls is not None:
+                    return self.cache.get(cls, name=name, namespace=namespace)
+                return self.cache.get(api_version, kind, name=name, namespace=namespace)
+            except EvictedBodyError:  # a memory budget holds its metadata only: fetch it
+                fetched = await self.cache.get_or_fetch(
+                    api_version, kind, name=name, namespace=namespace
+                )
+                return adopt(cls, fetched) if cls is not None else fetched
         try:
-            cached: Obj | None = self.cache.get(api_version, kind, name=name, namespace=namespace)
+            cached: Obj | None = await self.cache.get_or_fetch(
+                api_version, kind, name=name, namespace=namespace
+            )
         except NotFoundError:
             cached = None
         entry = self.cache.watched(api_version, kind)
@@ -452,11 +470,17 @@ class Client:
         :class:`~controller_runtime.cache.NotCachedError` for a kind not cached or a namespace
         outside the cache's scope. ``list(Task)`` returns ``Task`` instances."""
         cls, api_version, kind, _ = split_target(api_version, kind, None, method="client.list")
-        if cls is not None:
-            return self.cache.list(cls, namespace=namespace, label_selector=label_selector)
-        return self.cache.list(
-            api_version, kind, namespace=namespace, label_selector=label_selector
-        )
+        try:
+            if cls is not None:
+                return self.cache.list(cls, namespace=namespace, label_selector=label_selector)
+            return self.cache.list(
+                api_version, kind, namespace=namespace, label_selector=label_selector
+            )
+        except EvictedBodyError:  # some bodies are not held (a memory budget): fetch those
+            objs = await self.cache.list_or_fetch(
+                api_version, kind, namespace=namespace, label_selector=label_selector
+            )
+            return [adopt(cls, o) for o in objs] if cls is not None else objs
 
     # ------------------------------------------------------------------------------ writes
 

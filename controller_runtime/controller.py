@@ -57,12 +57,13 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from controller_runtime import metrics as _metrics
 from controller_runtime.cache import CacheSyncTimeoutError, KindInformers
+from controller_runtime.fencing import Fence
 from controller_runtime.handlers import EventHandler
 from controller_runtime.predicates import PredicateLike
 from controller_runtime.ratelimiter import RateLimiter, default_controller_rate_limiter
@@ -121,6 +122,7 @@ programming-error types (see the module docs)."""
 _PANICS = (*PANIC_TYPES, asyncio.CancelledError)  # a CancelledError that reached us is a stray one
 _WORKER_PAUSE = 0.1  # a worker's pause after a failure outside the reconcile, doubling...
 _WORKER_PAUSE_CAP = 10.0  # ...up to this while failures repeat
+_FENCED_RETRY = 1.0  # the delay of a request not reconciled because the fence was down
 _WORKER_RETRY = 1.0  # the delay of the requeue of a key whose processing failed that way
 _DEBUG = logging.DEBUG
 
@@ -284,6 +286,7 @@ class Controller:
         options: ControllerOptions | None = None,
         guard: ConsistencyGuard | None = None,
         echoes: OwnWriteRecorder | None = None,
+        fence: Fence | None = None,
     ) -> None:
         if not name:
             raise ValueError("a controller needs a name")
@@ -295,6 +298,10 @@ class Controller:
         self.name = name
         self.guard = guard
         self.echoes = echoes
+        self.fence = fence
+        """What the work depends on holding (set by the manager under leader election, by a
+        sharded controller per slot): checked before each reconcile starts and, by the client,
+        before each write of a reconcile (:mod:`controller_runtime.fencing`)."""
         self.queue: WorkQueue[Request] = WorkQueue(
             name,
             controller=name,
@@ -306,6 +313,7 @@ class Controller:
         )
         self._registrations: list[Registration] = []
         self._read_only: list[SharedInformer] = []  # cached for reads; they queue nothing
+        self._on_stop: list[Callable[[], Awaitable[object] | None]] = []
         self._workers: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
@@ -345,6 +353,13 @@ class Controller:
             self._read_only.append(source)
         else:
             self._read_only.extend(source.informers.values())
+
+    def on_stop(self, callback: Callable[[], Awaitable[object] | None]) -> None:
+        """Call ``callback`` (a function, or one returning an awaitable) once :meth:`stop` has
+        detached the sources and drained the workers, in the order added; one that raises is
+        logged and the next still runs. The builder releases the controller's kinds from the
+        cache this way, and a manager forgets the controller."""
+        self._on_stop.append(callback)
 
     def enqueue(self, request: Request, *, priority: int = 0, after: float | None = None) -> None:
         """Queue ``request`` (deduplicated; ignored once stopped), after ``after`` seconds if
@@ -409,8 +424,9 @@ class Controller:
     async def stop(self, drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT) -> bool:
         """Stop: detach from the sources, take no new work, let in-flight reconciles finish
         for up to ``drain_timeout`` seconds (``None``: wait forever), then cancel what is
-        still running. Queued keys are dropped (a new controller's initial lists bring them
-        back). Returns
+        still running, then run the :meth:`on_stop` callbacks (a controller from the builder
+        releases its kinds: informers no one else holds stop watching and free their stores).
+        Queued keys are dropped (a new controller's initial lists bring them back). Returns
         ``True`` if every in-flight reconcile finished in time. Idempotent."""
         if self._stopped:
             return True
@@ -419,6 +435,9 @@ class Controller:
             del _NAMES[self.name]
         for registration in self._registrations:
             registration.remove()
+        # Nothing of ours keeps an informer (or its store) alive once it is released.
+        self._registrations = []
+        self._read_only = []
         log.info("Stopping workers", extra={"controller": self.name})
         if self._workers:
             drained = await self.queue.shutdown_with_drain(drain_timeout)
@@ -435,6 +454,14 @@ class Controller:
                 drain_timeout,
                 extra={"controller": self.name},
             )
+        callbacks, self._on_stop = self._on_stop, []
+        for callback in callbacks:
+            try:
+                result = callback()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("an on_stop callback failed", extra={"controller": self.name})
         return drained
 
     async def __aenter__(self) -> Controller:
@@ -485,6 +512,18 @@ class Controller:
     # in one place, in order, as the table in the module docs lists it.
     async def _process(self, request: Request, priority: int) -> None:  # noqa: PLR0912,PLR0915
         queue = self.queue
+        fence = self.fence
+        if fence is not None and not fence.holds():
+            # Resumed after a pause past the deadline (or about to be stopped): no reconcile
+            # starts; the request stays queued for whoever holds the work, if it is us again.
+            log.debug(
+                "not reconciling: %s is no longer held",
+                fence.describe(),
+                extra=_log_fields(self.name, request, ""),
+            )
+            queue.add_after(request, _FENCED_RETRY, priority=priority)
+            queue.done(request)
+            return
         guard = self.guard
         if guard is not None:
             try:
@@ -504,7 +543,7 @@ class Controller:
         m = self._m
         reconcile_id = f"{self._id_prefix}{next(self._ids):x}"
         token = CURRENT_RECONCILE.set(
-            ReconcileContext(self.name, request, reconcile_id, guard, self.echoes)
+            ReconcileContext(self.name, request, reconcile_id, guard, self.echoes, fence)
         )
         self._active += 1
         start = time.perf_counter()

@@ -12,13 +12,13 @@ How it decides:
   holder's ``renewTime`` (so clocks may be skewed; their *rate* must roughly agree).
   Otherwise take it over with a PUT carrying the Lease's resourceVersion (a 409 means someone
   else won this round).
-* **Renew**: every retry period; a renewal that has not succeeded for ``renew_deadline``
-  means leadership is lost. The deadline is hard, as in client-go: an attempt still in flight
-  when it passes is cancelled (each attempt is also capped at ``max(renew_deadline / 2, 1 s)``,
-  client-go's request timeout), so the loss is declared at the deadline, never later (up to
-  event-loop latency), however the API server or the network misbehaves. Losing it is final
-  for this elector: the manager stops reconciling at once and the process exits non-zero (as
-  controller-runtime does).
+* **Renew**: every retry period; a renewal that has not succeeded for ``renew_deadline`` (counted
+  from when the last successful attempt was *sent*) means leadership is lost. The deadline is hard,
+  as in client-go: an attempt still in flight when it passes is cancelled (each attempt is also
+  capped at ``max(renew_deadline / 2, 1 s)``, client-go's request timeout), so the loss is declared
+  at the deadline, never later (up to event-loop latency), however the API server or the network
+  misbehaves. Losing it is final for this elector: the manager stops reconciling at once and the
+  process exits non-zero (as controller-runtime does).
 * **Failures** of an attempt — an error answer, a connection failure, or any unexpected
   exception (logged with its traceback and counted in
   ``controller_runtime_task_failures_total{task="leader-election"}``) — count as a failed
@@ -26,8 +26,15 @@ How it decides:
 * **Release** on a clean stop: the Lease is written with no holder and a 1 s duration, so a
   follower takes over at its next retry instead of waiting for the lease to expire.
 
+* **Pauses**: a leader whose process was paused past its deadline (a GC pause, SIGSTOP, a
+  frozen container) may find timers of its controllers due before its renewal loop runs; so
+  the controllers check :meth:`LeaderElector.holds` before each reconcile and the client
+  before each write of a reconcile (:mod:`controller_runtime.fencing`): nothing is sent after
+  the deadline, and the renewal loop then steps down.
+
 Caveat (as client-go says): this is not fencing. A leader that is cut off may act for up to
-the renew deadline before it notices; make writes conditional and effects idempotent.
+the renew deadline before it notices, and a request sent just before a pause may arrive after
+it; make writes conditional and effects idempotent.
 """
 
 from __future__ import annotations
@@ -133,6 +140,17 @@ class LeaderElector:
         """When (``clock`` seconds) the Lease was last acquired or renewed by this elector."""
         return self._last_renew
 
+    def holds(self) -> bool:
+        """Whether this process provably still leads: leader, and the renew deadline
+        (``renewed_at + renew_deadline``, monotonic clock) lies ahead. The manager's
+        controllers check it before each reconcile and write
+        (:mod:`controller_runtime.fencing`), so a leader resumed after a pause past its
+        deadline sends nothing before it steps down."""
+        return self.is_leader and self._clock() < self._last_renew + self.config.renew_deadline
+
+    def describe(self) -> str:
+        return f"leadership of {self.config.namespace}/{self.config.name}"
+
     @property
     def attempt_timeout(self) -> float:
         """The cap on one acquire or renew attempt: ``max(renew_deadline / 2, 1 s)``."""
@@ -146,9 +164,10 @@ class LeaderElector:
     async def acquire(self) -> None:
         """Return once this process holds the Lease."""
         while True:
+            sent = self._clock()
             if await self._attempt(self.attempt_timeout):
                 self.is_leader = True
-                self._last_renew = self._clock()
+                self._last_renew = sent
                 self.became_leader.set()
                 log.info(
                     "became leader of %s/%s as %s",
@@ -171,8 +190,12 @@ class LeaderElector:
                 remaining = deadline - self._clock()
                 if remaining <= 0 or not self.is_leader:
                     self._lost()
+                sent = self._clock()
                 if await self._attempt(min(self.attempt_timeout, remaining)):
-                    self._last_renew = self._clock()
+                    # Counted from when the attempt was sent, not when its answer came: the
+                    # server wrote the Lease somewhere in between, and a pause before the
+                    # answer was read must not stretch the deadline past the others' view.
+                    self._last_renew = sent
                     break
                 remaining = deadline - self._clock()
                 if remaining > 0:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from controller_runtime.fencing import Fence
 from kubeclient.discovery import ResourceInfo
 
 
@@ -100,7 +101,8 @@ class ReconcileContext:
     Set by the controller around each reconcile (a :mod:`contextvars` variable, so it follows
     the reconcile into every coroutine it awaits and tasks it creates). The client reads it to
     record its writes with the controller's :class:`ConsistencyGuard` and, when the controller
-    skips the echoes of its own writes, with its :class:`OwnWriteRecorder`.
+    skips the echoes of its own writes, with its :class:`OwnWriteRecorder`; and checks the
+    controller's :class:`~controller_runtime.fencing.Fence` before each write it sends.
     """
 
     controller: str
@@ -108,6 +110,7 @@ class ReconcileContext:
     reconcile_id: str
     guard: ConsistencyGuard | None = None
     echoes: OwnWriteRecorder | None = None
+    fence: Fence | None = None
 
 
 CURRENT_RECONCILE: contextvars.ContextVar[ReconcileContext | None] = contextvars.ContextVar(

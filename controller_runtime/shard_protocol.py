@@ -17,7 +17,11 @@ Safety rests on three rules, each kept here:
   showed no other live member claiming it (:meth:`RingMember.step`);
 * a slot being lost is stopped before the claims without it are written, and a member cut off
   stops every slot, drops every claim and abandons its step once ``renew_deadline`` passed
-  since the last renewal that succeeded was *sent* (:meth:`RingMember.fence_due`);
+  since the last renewal that succeeded was *sent* (:meth:`RingMember.fence_due`). A member
+  paused past that moment (its watchdog did not run) checks the deadline again at each point
+  that matters before the watchdog fences it: no slot is started and no Lease write carrying
+  claims is sent (:meth:`RingMember.claims_to_publish`), and the sharded controller's workers
+  and writes check it too (:mod:`controller_runtime.fencing`);
 * another member counts as gone only when its Lease has not changed for ``lease_duration``,
   measured from when this process *received* the listing that showed the change, up to when
   it *sent* the listing that says the Lease is unchanged (:meth:`RingMember.see`). Both ends
@@ -223,6 +227,15 @@ class RingMember:
         point rounding never leaves a wake-up just short of the deadline)."""
         return self.last_renew + self.renew_deadline
 
+    def claims_to_publish(self, now: float) -> frozenset[int] | None:
+        """What a write of this member's Lease sent at ``now`` may say it claims: its claims,
+        or ``None`` when the renew deadline passed while it holds something (a process paused
+        past its deadline): then nothing is written until the watchdog fenced it, so a
+        resumed member never republishes claims the others may already have taken over."""
+        if self.fence_due(now):
+            return None
+        return frozenset(self.claims)
+
     def fenced(self) -> None:
         """Every slot was stopped (fence or restart): nothing is worked on or claimed."""
         self.active.clear()
@@ -281,6 +294,9 @@ class RingMember:
         # Only slots claimed now *and* in the last write that succeeded: a withdrawal whose
         # write failed leaves a slot published but no longer claimed.
         gained = frozenset((pending & self.claims & self.published) - conflict)
+        if gained and self.fence_due(self._clock()):
+            # The step outlived the deadline (a pause): start nothing; the watchdog fences.
+            return
         if gained:
             started = self._clock()
             self.active |= gained

@@ -115,7 +115,13 @@ class ShardedController:
         selector = slot_selector(slot, config.slots, config.shard_field)
         name = f"{self.name}-slot{slot}"
         guard = self.guard_factory(name) if self.guard_factory is not None else None
-        controller = Controller(name, self.reconciler, options=self.options, guard=guard)
+        controller = Controller(
+            name,
+            self.reconciler,
+            options=self.options,
+            guard=guard,
+            fence=self.ring.slot_fence(slot),
+        )
         self.controllers[slot] = controller
         for namespace in self._namespaces():
             informer = await self.cache.factory.informer(

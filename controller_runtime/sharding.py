@@ -196,6 +196,20 @@ def _parse_claims(text: str | None) -> frozenset[int]:
     return frozenset(int(part) for part in text.split(",") if part.strip().isdigit())
 
 
+@dataclass(frozen=True, slots=True)
+class SlotFence:
+    """One slot's fence: see :meth:`ShardRing.slot_fence`."""
+
+    ring: ShardRing
+    slot: int
+
+    def holds(self) -> bool:
+        return self.ring.holds_slot(self.slot)
+
+    def describe(self) -> str:
+        return f"slot {self.slot} of shard ring {self.ring.config.name}"
+
+
 class ShardRing:
     """One replica's membership in a ring, and the handover of its slots.
 
@@ -322,6 +336,15 @@ class ShardRing:
         self.protocol.members = []
         self._m.members.set(0)
         log.info("left shard ring %s as %s", self.config.name, self.config.identity)
+
+    def slot_fence(self, slot: int) -> SlotFence:
+        """The fence of ``slot``'s work (:mod:`controller_runtime.fencing`): held while the
+        slot is worked on and the renew deadline lies ahead on this process's clock."""
+        return SlotFence(self, slot)
+
+    def holds_slot(self, slot: int) -> bool:
+        """Whether this replica works on ``slot`` and its renew deadline lies ahead."""
+        return slot in self.protocol.active and not self.protocol.fence_due(self._clock())
 
     @property
     def has_synced(self) -> bool:
@@ -486,8 +509,19 @@ class ShardRing:
         """Write this member's Lease with its current claims. True on success, and then the
         claims are published as of the moment the request was sent."""
         async with self._renew_lock:
-            claims = frozenset(self.claims)
             sent = self._clock()
+            publishable = self.protocol.claims_to_publish(sent)
+            if publishable is None:
+                # Resumed after a pause past the renew deadline, before the watchdog ran: the
+                # others may hold these slots by now; write nothing until fenced.
+                log.warning(
+                    "shard ring %s: renew deadline passed; not renewing %s until the slots "
+                    "are dropped",
+                    self.config.name,
+                    self.lease.name,
+                )
+                return False
+            claims = publishable
             body = self._body(claims)
             try:
                 async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):

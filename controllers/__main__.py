@@ -32,13 +32,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The runtime and the controllers are imported after the flags are read (seconds of
     # imports that --help should not wait for).
     from controller_runtime import configure_logging  # noqa: PLC0415
-    from controller_runtime.manager import install_uvloop  # noqa: PLC0415
+    from controller_runtime.manager import install_event_loop  # noqa: PLC0415
     from controllers.app import run_operator  # noqa: PLC0415
 
     configure_logging(settings.log_level, settings.log_format)
 
-    if install_uvloop():
-        log.debug("using uvloop")
+    try:
+        loop = install_event_loop()
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    log.debug("event loop: %s", loop)
     return asyncio.run(run_operator(settings))
 
 

@@ -15,7 +15,7 @@ from controller_runtime.client import Transport
 from controller_runtime.config import load_kubeconfig
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.__main__ import plane_kubectl, print_access
-from controller_runtime.manager import install_uvloop
+from controller_runtime.manager import install_event_loop
 from controllers.app import run_operator
 from controllers.cli import settings_from
 from controllers.dev import print_endpoints
@@ -135,5 +135,5 @@ def run_on_local_plane(args: list[str]) -> int:
         print_endpoints(settings)
         print("Ctrl-C stops the operator, PostgreSQL and the control plane.", flush=True)
         configure_logging(settings.log_level, settings.log_format)
-        install_uvloop()
+        install_event_loop()
         return asyncio.run(run_operator(settings))

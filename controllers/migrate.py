@@ -40,11 +40,9 @@ CRDS = tuple(
 
 async def run(kubeconfig: str | None, context: str | None, timeout: float) -> int:
     from controller_runtime import load_config  # noqa: PLC0415
-    from controller_runtime.cache import Cache  # noqa: PLC0415
-    from controller_runtime.client import Client  # noqa: PLC0415
+    from controller_runtime.cache import Cache, InformerFactory  # noqa: PLC0415
+    from controller_runtime.client import Client, Transport  # noqa: PLC0415
     from controller_runtime.storage_migration import StorageVersionMigrator  # noqa: PLC0415
-    from informers.shared import InformerFactory  # noqa: PLC0415
-    from kubeclient.transport import Transport  # noqa: PLC0415
 
     config = await load_config(kubeconfig, context)
     async with Transport(config) as transport:

@@ -35,7 +35,7 @@ import orjson
 
 from bench.request_trace import install_from_env
 from bench.runners.stamp import stamped
-from controller_runtime.manager import install_uvloop
+from controller_runtime.manager import install_event_loop
 from controllers.task import derive_status, utcnow
 from kubeclient.config import load_kubeconfig
 
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     install_from_env("limit")
-    install_uvloop()
+    install_event_loop()
     return asyncio.run(run(args))
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from controller_runtime.manager import install_uvloop
+from controller_runtime.manager import install_event_loop
 from kubeclient.config import load_kubeconfig
 
 
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--page", type=int, default=500)
     args = parser.parse_args(argv)
-    install_uvloop()
+    install_event_loop()
     return asyncio.run(run(args))
 
 

@@ -2,12 +2,12 @@
 
     python -m bench.runners.ours --kubeconfig FILE --namespace NS [--mode write-heavy ...]
 
-``normal``: exactly the operator's ``controllers.task`` (derive the status, write it only when
-it changes, reconcile on spec changes), on a :class:`~controller_runtime.manager.Manager`
-restricted to NS, with leader election, metrics and probes off, uvloop when installed (as
-``python -m controllers`` runs), logging at WARNING; ``--metrics-bind-address`` turns the
-metrics endpoint on (the restart scenario reads "done" from it). ``write-heavy``: the same
-reconciler body, but every reconcile writes (see :mod:`bench.runners.stamp`) and the
+``normal``: exactly the operator's ``controllers.task`` (derive the status, write it only when it
+changes, reconcile on spec changes), on a :class:`~controller_runtime.manager.Manager` restricted
+to NS, with leader election, metrics and probes off, the event loop ``python -m controllers`` picks
+(asyncio's; ``CRPY_EVENT_LOOP=uvloop`` for uvloop), logging at WARNING; ``--metrics-bind-address``
+turns the metrics endpoint on (the restart scenario reads "done" from it). ``write-heavy``: the
+same reconciler body, but every reconcile writes (see :mod:`bench.runners.stamp`) and the
 controller has no predicate, so each status write comes back as an event; that echo of its own
 conditioned write is not reconciled again (``skip_own_write_echoes``) unless
 ``--reconcile-echoes``.
@@ -30,7 +30,7 @@ from controller_runtime.controller import ControllerOptions
 from controller_runtime.manager import (
     Manager,
     ManagerOptions,
-    install_uvloop,
+    install_event_loop,
     run_until_signalled,
 )
 from controllers.task import (
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("warning", "text")
     logging.getLogger().setLevel(logging.WARNING)
     install_from_env("ours")
-    install_uvloop()
+    install_event_loop()
     return asyncio.run(run(args))
 
 

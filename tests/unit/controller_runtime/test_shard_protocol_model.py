@@ -8,9 +8,13 @@ assumes), and requests whose answers come late, never, or fail while the write s
 requests, the passing of time, crashes, network cuts, joins and clean leaves as it pleases.
 
 The invariant checked after every step: **no slot is worked on by two replicas** (working: from
-a start until the stop finished, or the replica was fenced or died). The one assumption the
-protocol states is kept: a replica's watchdog stops its slots as soon as its renew deadline
-passes (a fence takes no time).
+a start until the stop finished, or the replica was fenced or died, and only while its renew
+deadline lies ahead: past it, the sharded controller's workers and writes refuse to act,
+``controller_runtime.fencing``). The one assumption the protocol states is kept: a replica's
+watchdog stops its slots as soon as its renew deadline passes (a fence takes no time) --
+except for a replica whose whole process is *paused* (a GC pause, SIGSTOP): its watchdog does
+not run during the pause, and after it, its pending answers and renewals may come before the
+watchdog. Then no slot may be started and no Lease write carrying claims sent until it fenced.
 """
 
 from __future__ import annotations
@@ -153,6 +157,10 @@ class RingModel(RuleBasedStateMachine):
             if isinstance(effect, Handover):
                 continue
             if isinstance(effect, StartSlots):
+                assert not r.member.fence_due(self.now), (
+                    f"{r.name} starts slots {sorted(effect.slots)} past its renew deadline "
+                    f"(t={self.now}, last renewal sent at {r.member.last_renew})"
+                )
                 r.working |= effect.slots
                 reply = frozenset()
                 continue
@@ -281,15 +289,30 @@ class RingModel(RuleBasedStateMachine):
         r = self.live.get(name)
         if r is None or r.write is not None:
             return
-        r.write = Write(frozenset(r.member.claims), self.now)
+        claims = r.member.claims_to_publish(self.now)  # what the driver asks before it sends
+        if claims is None:
+            return  # past the deadline: nothing is sent until the watchdog fenced
+        self._check_claims_sent(r, claims)
+        r.write = Write(claims, self.now)
         r.write_for_step = False
 
     def send_step_write(self, name: str) -> None:
         r = self.live.get(name)
         if r is None or not isinstance(r.waiting, Publish) or r.write is not None:
             return
-        r.write = Write(frozenset(r.member.claims), self.now)
+        claims = r.member.claims_to_publish(self.now)
+        if claims is None:
+            self._advance(r, False)  # the driver's renewal fails without sending
+            return
+        self._check_claims_sent(r, claims)
+        r.write = Write(claims, self.now)
         r.write_for_step = True
+
+    def _check_claims_sent(self, r: Replica, claims: frozenset[int]) -> None:
+        assert not (claims and r.member.fence_due(self.now)), (
+            f"{r.name} sends claims {sorted(claims)} past its renew deadline (t={self.now}, "
+            f"last renewal sent at {r.member.last_renew})"
+        )
 
     def land_write(self, name: str) -> None:
         r = self.live.get(name)
@@ -378,13 +401,28 @@ class RingModel(RuleBasedStateMachine):
 
     @rule(dt=st.sampled_from([0.1, 0.5, 1.0, 2.0, 4.0, 6.0, 11.0, 16.0]))
     def time_passes(self, dt: float) -> None:
+        self._time_passes(dt, paused=None)
+
+    @rule(i=st.integers(0, 3), dt=st.sampled_from([3.0, 9.0, 11.0, 16.0, 30.0]))
+    def process_paused(self, i: int, dt: float) -> None:
+        """The whole process of one replica is paused for ``dt`` seconds (SIGSTOP, a GC
+        pause): its watchdog does not run; the others go on. Its requests already sent are
+        still read and landed by the server; it handles their answers, and its timers, only
+        after the pause, in any order the other rules pick -- before its watchdog runs at the
+        next passing of time."""
+        name = self._pick(i)
+        self._time_passes(dt, paused=name)
+
+    def _time_passes(self, dt: float, paused: str | None) -> None:
         end = self.now + dt
         while True:
             # The watchdog wakes at the deadline and asks the protocol whether to fence.
             due = [
                 (at, r)
                 for r in self.live.values()
-                if (at := max(self.now, r.member.fence_at())) <= end and r.member.fence_due(at)
+                if r.name != paused
+                and (at := max(self.now, r.member.fence_at())) <= end
+                and r.member.fence_due(at)
             ]
             if not due:
                 break
@@ -399,6 +437,8 @@ class RingModel(RuleBasedStateMachine):
     def no_slot_is_worked_on_by_two_replicas(self) -> None:
         holders: dict[int, str] = {}
         for r in self.live.values():
+            if r.member.fence_due(self.now):
+                continue  # paused past its deadline: its workers and writes refuse to act
             for slot in r.working:
                 assert slot not in holders, (
                     f"slot {slot} worked on by {holders[slot]} and {r.name} at t={self.now}"
@@ -557,3 +597,32 @@ def test_the_watchdog_fences_at_the_deadline_despite_floating_point_rounding() -
     assert now + DEADLINE - now < DEADLINE  # the rounding that hid the deadline
     assert not member.fence_due(member.fence_at() - 1e-9)
     assert member.fence_due(member.fence_at())
+
+
+def test_a_replica_resumed_after_a_pause_past_its_deadline_starts_and_claims_nothing() -> None:
+    """r1 claims every slot and publishes it; its confirming listing is read by the server,
+    then its process is paused for 11 s (past the 10 s renew deadline; its watchdog does not
+    run). On resuming, the listing's answer comes before the watchdog: no slot may start; a
+    renewal due meanwhile must not write the old claims either (the others may take them over
+    at the lease duration)."""
+    model = RingModel()
+    model.start_ring(count=1)
+    model.renew("r1")
+    model.begin_step("r1")
+    model.server_reads_listing("r1")
+    model.answer_listing("r1")  # alone: claims every slot
+    model.send_step_write("r1")
+    model.land_write("r1")
+    model.answer_write("r1")
+    assert model.live["r1"].member.published == frozenset(range(SLOTS))
+    model.server_reads_listing("r1")  # the confirming listing, read at once
+    model.process_paused(i=0, dt=11.0)
+    model.answer_listing("r1")  # handled before the watchdog
+    assert not model.live["r1"].working
+    model.begin_renewal("r1")  # the renewal timer, also due
+    assert model.live["r1"].write is None, "the old claims were written after the pause"
+    model.time_passes(0.1)  # the watchdog runs: fenced
+    assert not model.live["r1"].member.claims
+    model.begin_renewal("r1")
+    write = model.live["r1"].write
+    assert write is not None and write.claims == frozenset()

@@ -35,8 +35,12 @@ BETA = resources(V1BETA1_API_VERSION, "PostgresInstance", SCHEMAS["v1beta1"])
 
 
 def _without_reserved(obj: dict[str, Any]) -> dict[str, Any]:
-    """The conversion owns its annotation: objects a user writes do not carry it."""
-    obj["metadata"].get("annotations", {}).pop(SYNCHRONOUS_ANNOTATION, None)
+    """The conversion owns its annotation: objects a user writes do not carry it. An empty
+    annotations map is no map (the API server stores neither), as the conversion treats it."""
+    metadata = obj["metadata"]
+    metadata.get("annotations", {}).pop(SYNCHRONOUS_ANNOTATION, None)
+    if metadata.get("annotations") == {}:
+        del metadata["annotations"]
     return obj
 
 
