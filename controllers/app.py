@@ -110,9 +110,17 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
         )
+    webhook_server = None
+    if settings.webhook_port:
+        from controller_runtime.webhook import WebhookServer  # noqa: PLC0415
+
+        webhook_server = WebhookServer(
+            port=settings.webhook_port, cert_dir=settings.webhook_cert_dir
+        )
     return Manager(
         config,
         ManagerOptions(
+            webhook_server=webhook_server,
             namespaces=settings.namespaces or None,
             leader_election=election,
             shard_ring=ring,
@@ -129,6 +137,11 @@ async def setup_controllers(manager: Manager, settings: OperatorSettings) -> Non
     for name in settings.controllers:
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
         await CONTROLLERS[name](manager, ControllerOptions(max_concurrent_reconciles=workers))
+    if settings.webhook_port:
+        # The PostgreSQL API's webhooks (and the PostgreSQL code they import) only when asked.
+        from controllers.postgres.webhooks import setup_webhooks  # noqa: PLC0415
+
+        setup_webhooks(manager, settings.controllers)
 
 
 # One exit status per way the operator can end, each with its own message.

@@ -42,6 +42,8 @@ class OperatorSettings:
     retry_period: float = 2.0
     metrics_bind_address: str | None = "127.0.0.1:8080"
     health_probe_bind_address: str | None = "127.0.0.1:8081"
+    webhook_port: int = 0
+    webhook_cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
     controllers: tuple[str, ...] = ENABLED_BY_DEFAULT
     max_concurrent_reconciles: int = 2
     concurrency: dict[str, int] = field(default_factory=dict)
@@ -147,6 +149,19 @@ def parser(
         default="127.0.0.1:8081",
         help='address of /healthz and /readyz; "0" turns it off (default: %(default)s)',
     )
+    serving.add_argument(
+        "--webhook-port",
+        type=int,
+        default=0,
+        help="serve the PostgreSQL API's admission and conversion webhooks on this port, on "
+        "every replica (manifests/ use 9443); 0 serves none (default: %(default)s)",
+    )
+    serving.add_argument(
+        "--webhook-cert-dir",
+        default="/tmp/k8s-webhook-server/serving-certs",
+        help="directory with the webhook's tls.crt and tls.key (and ca.crt), re-read when they "
+        "change, e.g. a cert-manager Secret mounted there (default: %(default)s)",
+    )
     work = p.add_argument_group("controllers")
     work.add_argument(
         "--controllers",
@@ -233,6 +248,8 @@ def settings_from(
         retry_period=args.retry_period,
         metrics_bind_address=args.metrics_bind_address,
         health_probe_bind_address=args.health_probe_bind_address,
+        webhook_port=args.webhook_port,
+        webhook_cert_dir=args.webhook_cert_dir,
         controllers=tuple(enabled),
         max_concurrent_reconciles=args.max_concurrent_reconciles,
         concurrency=dict(args.concurrency),

@@ -87,7 +87,7 @@ def metadata() -> st.SearchStrategy[dict[str, Any]]:
         },
         optional={
             "labels": st.dictionaries(_KEYS, _TEXT, max_size=3),
-            "annotations": st.dictionaries(_KEYS, _TEXT, max_size=3),
+            "annotations": st.dictionaries(_KEYS, _TEXT, min_size=1, max_size=3),
             "finalizers": st.lists(_KEYS, max_size=2, unique=True),
         },
     )

@@ -10,7 +10,9 @@ V1ALPHA1 = "v1alpha1"
 through the operator's conversion webhook; the other kinds have the same schema in both)."""
 
 CONVERSION = WebhookConversion(
-    service_name="crpy-operator-webhook", service_namespace="crpy-system"
+    service_name="crpy-operator-conversion", service_namespace="crpy-system"
 )
-"""The operator's webhook Service (manifests/webhook.yaml), which converts PostgresInstances
-between the versions."""
+"""The Service (manifests/webhook-services.yaml) through which the API server asks the operator
+to convert PostgresInstances between the versions. It publishes replicas that are not ready
+yet: a replica's caches sync only once PostgresInstances stored in another version are
+converted, so a readiness-gated Service would deadlock the first replica of an upgrade."""

@@ -5,10 +5,9 @@ versions, and the storage-version migration rewrites them in etcd as v1beta1 and
 CRDs' ``status.storedVersions``.
 
 The previous release's CRDs are generated from the frozen v1alpha1 classes alone, which is
-what that release's CRDs were (one version, stored, no conversion). This module covers the
-kinds whose versions share one schema (the API server converts them itself); the
-PostgresInstance, which converts through the operator's webhook, is covered where the webhook
-is served.
+what that release's CRDs were (one version, stored, no conversion). The kinds whose versions
+share one schema are converted by the API server itself; PostgresInstance converts through the
+operator's webhook, served on loopback here with the CRD pointing at it by URL.
 """
 
 from __future__ import annotations
@@ -16,25 +15,32 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from controller_runtime.cache import Cache
 from controller_runtime.client import Client
 from controller_runtime.crdgen import crd_documents, render
 from controller_runtime.envtest import ControlPlane
+from controller_runtime.envtest.certs import CertificateAuthority
 from controller_runtime.storage_migration import StorageVersionMigrator, migrate
+from controller_runtime.webhook import WebhookServer
 from controllers.api.postgres import (
     BackupPlanV1alpha1,
     BackupV1alpha1,
+    PostgresInstanceV1alpha1,
     PostgresUserV1alpha1,
     PostgresVersionPolicyV1alpha1,
     ServiceBindingV1alpha1,
 )
+from controllers.api.postgres.conversion import SYNCHRONOUS_ANNOTATION, instance_to_v1beta1
 from controllers.migrate import run
+from controllers.postgres.webhooks import setup_webhooks
 from informers.shared import InformerFactory
 from kubeclient.config import load_kubeconfig
 from kubeclient.transport import Transport
@@ -43,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[3]
 GROUP = "postgres.crpy.io"
 ALPHA, BETA = f"{GROUP}/v1alpha1", f"{GROUP}/v1beta1"
 NAMESPACE = "upgrade"
+INSTANCE_CRD_FILE = "postgres.crpy.io_postgresinstances.yaml"
 
 SAME_SCHEMA = (
     PostgresUserV1alpha1,
@@ -126,7 +133,7 @@ def crd_name(kind: str) -> str:
     return str(
         next(
             doc["metadata"]["name"]
-            for _, doc, _ in crd_documents(SAME_SCHEMA)
+            for _, doc, _ in crd_documents([*SAME_SCHEMA, PostgresInstanceV1alpha1])
             if doc["spec"]["names"]["kind"] == kind
         )
     )
@@ -234,3 +241,97 @@ async def test_old_objects_survive_the_upgrade_read_in_both_versions_and_migrate
     assert result is not None and result.rewritten + result.skipped >= 1
     crd = await client.live.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name=name)
     assert crd["status"]["storedVersions"] == ["v1beta1"]
+
+
+@dataclass
+class _Host:
+    webhook_server: WebhookServer
+    client: Client
+
+
+INSTANCES: list[dict[str, Any]] = [
+    {"name": "sync", "spec": {"version": "15", "replicas": 3, "replication": {"mode": "sync"}}},
+    {"name": "async", "spec": {"version": "15", "replicas": 2, "replication": {"mode": "async"}}},
+    {"name": "plain", "spec": {"version": "16", "storage": {"size": "5Gi"}}},
+]
+
+
+async def test_postgres_instances_convert_through_the_webhook_and_migrate(tmp_path: Path) -> None:
+    """PostgresInstance, whose versions differ: the old objects read back in both versions
+    through the operator's conversion webhook (served on loopback, the CRD pointing at it by
+    URL with a test CA), a v1beta1 setting v1alpha1 cannot express survives a v1alpha1 read,
+    and the migration rewrites the old objects as v1beta1."""
+    old = previous_instance_crd(tmp_path)
+    ca = CertificateAuthority()
+    ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")
+    with ControlPlane(crd_directory=None) as plane:
+        plane.install_crds([old])
+        async with Transport(await load_kubeconfig(plane.kubeconfig)) as transport:
+            cache = Cache(InformerFactory(transport))
+            client = Client(transport, cache, field_manager="test")
+            server = WebhookServer(port=0, host="127.0.0.1", cert_dir=tmp_path)
+            setup_webhooks(_Host(server, client), [])  # type: ignore[arg-type]
+            await server.start()
+            try:
+                await _convert_and_migrate(plane, client, server, ca.cert_pem, tmp_path)
+            finally:
+                await server.stop(0)
+                await cache.stop()
+
+
+def previous_instance_crd(directory: Path) -> Path:
+    ((name, document, header),) = crd_documents([PostgresInstanceV1alpha1])
+    document["spec"].pop("conversion", None)
+    path = directory / f"old-{name}"
+    path.write_text(render(document, header))
+    return path
+
+
+async def _convert_and_migrate(
+    plane: ControlPlane, client: Client, server: WebhookServer, ca: bytes, directory: Path
+) -> None:
+    await client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    created = []
+    for item in INSTANCES:
+        body = {
+            "apiVersion": ALPHA,
+            "kind": "PostgresInstance",
+            "metadata": {"name": item["name"], "namespace": NAMESPACE},
+            "spec": item["spec"],
+        }
+        created.append(await client.create(body))
+
+    new = yaml.safe_load((ROOT / "manifests" / "crds" / INSTANCE_CRD_FILE).read_text())
+    new["spec"]["conversion"]["webhook"]["clientConfig"] = {
+        "url": f"{server.url}/convert",
+        "caBundle": base64.b64encode(ca).decode(),
+    }
+    upgraded = directory / INSTANCE_CRD_FILE
+    upgraded.write_text(yaml.safe_dump(new))
+    plane.install_crds([upgraded])
+
+    for before in created:
+        key = {"name": before["metadata"]["name"], "namespace": NAMESPACE}
+        assert await stored_api_version(plane, before) == ALPHA
+        as_alpha = await client.live.get(ALPHA, "PostgresInstance", **key)
+        as_beta = await client.live.get(BETA, "PostgresInstance", **key)
+        assert comparable(as_alpha) == comparable(before)
+        assert as_beta == {**instance_to_v1beta1(as_alpha), "metadata": as_beta["metadata"]}
+    sync = await client.live.get(BETA, "PostgresInstance", name="sync", namespace=NAMESPACE)
+    assert sync["spec"]["replication"] == {"synchronous": {"number": 1, "method": "First"}}
+
+    # A setting only v1beta1 can say, read and written back by a v1alpha1 client.
+    sync["spec"]["replication"]["synchronous"] = {"number": 2, "method": "Any"}
+    sync = await client.update(sync)
+    as_alpha = await client.live.get(ALPHA, "PostgresInstance", name="sync", namespace=NAMESPACE)
+    assert as_alpha["spec"]["replication"] == {"mode": "sync"}
+    as_alpha["metadata"].setdefault("labels", {})["touched"] = "by-v1alpha1"
+    await client.update(as_alpha)
+    again = await client.live.get(BETA, "PostgresInstance", name="sync", namespace=NAMESPACE)
+    assert again["spec"]["replication"] == {"synchronous": {"number": 2, "method": "Any"}}
+    assert SYNCHRONOUS_ANNOTATION not in (again["metadata"].get("annotations") or {})
+
+    result = await migrate(client, "postgresinstances.postgres.crpy.io")
+    assert result is not None and result.rewritten + result.skipped == len(INSTANCES)
+    for before in created:
+        assert await stored_api_version(plane, before) == BETA

@@ -324,12 +324,33 @@ def test_rollouts_and_disruptions_keep_a_warm_replica() -> None:
         assert constraint["labelSelector"]["matchLabels"] == selector
 
 
+def service(name: str) -> Doc:
+    (found,) = [d for d in installed() if d["kind"] == "Service" and d["metadata"]["name"] == name]
+    spec: Doc = found["spec"]
+    return spec
+
+
 def test_the_metrics_service_targets_the_metrics_port() -> None:
-    service = only("Service")["spec"]
+    metrics = service("crpy-operator-metrics")
     selector = only("Deployment")["spec"]["selector"]["matchLabels"]
-    assert service["selector"] == selector
-    (port,) = service["ports"]
+    assert metrics["selector"] == selector
+    (port,) = metrics["ports"]
     assert port["targetPort"] in ("metrics", container_port("metrics"))
+
+
+def test_the_webhook_services_target_the_webhook_port_only_conversion_unready_too() -> None:
+    selector = only("Deployment")["spec"]["selector"]["matchLabels"]
+    admission, conversion = service("crpy-operator-webhook"), service("crpy-operator-conversion")
+    for spec in (admission, conversion):
+        assert spec["selector"] == selector
+        (port,) = spec["ports"]
+        assert port["port"] == 443 and port["targetPort"] == "webhook"
+    assert container_port("webhook") == 9443
+    assert not admission.get("publishNotReadyAddresses"), "admission: ready replicas only"
+    assert conversion["publishNotReadyAddresses"] is True, "conversion: the first replica too"
+    crd = load_documents(MANIFESTS / "crds" / "postgres.crpy.io_postgresinstances.yaml")[0]
+    target = crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+    assert (target["name"], target["namespace"]) == ("crpy-operator-conversion", "crpy-system")
 
 
 # -- the NetworkPolicy ---------------------------------------------------------------------
@@ -345,7 +366,9 @@ def test_the_network_policy_denies_by_default_and_allows_only_what_is_needed() -
     assert policy["podSelector"]["matchLabels"] == selector
     assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
 
-    (ingress,) = policy["ingress"]
+    ingress, webhook = policy["ingress"]
+    assert _ports(webhook) == {("webhook", "TCP")}, "the API server calls the webhooks"
+    assert "from" not in webhook, "the API server runs outside the Pod network"
     assert _ports(ingress) in ({("metrics", "TCP")}, {(container_port("metrics"), "TCP")})
     (source,) = ingress["from"]
     assert set(source) == {"namespaceSelector"}, "only from labelled monitoring namespaces"
