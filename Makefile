@@ -21,7 +21,7 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(INSTALL_KEY)
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
-.PHONY: help venv run test test-storage chaos lint typecheck unit integration binaries kine bench bench-storage venv-bench clean-cache postgres node-binaries e2e manifests wheel
+.PHONY: help venv run test test-storage chaos lint typecheck unit integration binaries kine bench bench-storage venv-bench clean-cache postgres node-binaries e2e test-existing manifests wheel
 
 help:
 	@echo "make run        the operator on an embedded local control plane (or the configured cluster)"
@@ -35,6 +35,7 @@ help:
 	@echo "make manifests  regenerate the CRDs and RBAC in manifests/ from the code"
 	@echo "make wheel      build the library's wheel into $(CACHE_DIR)/dist"
 	@echo "make e2e        the end-to-end tests on a local cluster with a real node (root)"
+	@echo "make test-existing  the suite against a local cluster with a node (USE_EXISTING_CLUSTER)"
 
 venv: $(STAMP)
 
@@ -69,6 +70,14 @@ node-binaries: binaries
 e2e: venv binaries
 	@sh scripts/ensure-node-packages.sh
 	CRPY_E2E=1 $(BIN)/pytest $(or $(TESTS),tests/e2e) -v -s --timeout=1800 $(PYTEST_ARGS)
+
+# The suite (as `make test` runs it, without lint) against the local cluster with a node (root):
+# USE_EXISTING_CLUSTER=true on a real controller-manager, scheduler, kubelet and kube-proxy.
+# The cluster is started first and removed afterwards (README, "The test suite on a cluster").
+test-existing: venv binaries kine postgres
+	@sh scripts/ensure-node-packages.sh
+	$(BIN)/python -m controller_runtime.envtest run --node -- env USE_EXISTING_CLUSTER=true \
+		$(BIN)/pytest -m "not chaos_only" $(TESTS) $(PYTEST_ARGS)
 
 # PostgreSQL server binaries for the local server of the postgres tests and `make run`.
 postgres:

@@ -17,7 +17,10 @@ to each other)::
   predicate receives) and every handler (:mod:`controller_runtime.handlers`);
 - every helper (:mod:`controller_runtime.util`, controller-runtime's ``controllerutil``:
   owner references, finalizers, create-or-update, conditions, the event recorder);
-- every error (:mod:`controller_runtime.errors`: the API errors, and the runtime's own).
+- every error (:mod:`controller_runtime.errors`: the API errors, and the runtime's own);
+- webhooks: :class:`WebhookBuilder`, :class:`WebhookServer`, :class:`AdmissionRequest`,
+  :class:`Denied`, :class:`HubConverter`, :class:`Spoke` (the rest in
+  :mod:`controller_runtime.webhook`).
 
 Everything else lives in a submodule named for what it is, as controller-runtime's
 ``alias.go`` curates its root package and leaves the rest in packages:
@@ -29,9 +32,10 @@ Everything else lives in a submodule named for what it is, as controller-runtime
 :mod:`controller_runtime.manager`, :mod:`controller_runtime.logformat`,
 :mod:`controller_runtime.workqueue`, :mod:`controller_runtime.sharding`,
 :mod:`controller_runtime.resource` (typed resources and their markers),
-:mod:`controller_runtime.crdgen` (CRDs from them), :mod:`controller_runtime.rbac` (RBAC from
-what controllers watch and declare), :mod:`controller_runtime.testing` (the pytest plugin) and
-:mod:`controller_runtime.envtest` (the local control plane, for tests).
+:mod:`controller_runtime.crdgen` (CRDs from them), :mod:`controller_runtime.webhook`,
+:mod:`controller_runtime.rbac` (RBAC from what controllers watch and declare),
+:mod:`controller_runtime.testing` (the pytest plugin) and :mod:`controller_runtime.envtest`
+(the local control plane, for tests).
 """
 
 # The four families below are re-exported whole: their modules' ``__all__`` is the list, kept
@@ -50,20 +54,34 @@ from controller_runtime.manager import Manager, ManagerOptions, run_until_signal
 from controller_runtime.predicates import *  # noqa: F403
 from controller_runtime.reconcile import Request, Result, TerminalError
 from controller_runtime.util import *  # noqa: F403
+from controller_runtime.webhook import (
+    AdmissionRequest,
+    Denied,
+    HubConverter,
+    Spoke,
+    WebhookBuilder,
+    WebhookServer,
+)
 
 # The names picked one by one (the families are added below).
 __all__ = [
+    "AdmissionRequest",
     "ByObject",
     "Client",
     "Controller",
     "ControllerBuilder",
     "ControllerOptions",
+    "Denied",
+    "HubConverter",
     "LeaderElectionConfig",
     "Manager",
     "ManagerOptions",
     "Request",
     "Result",
+    "Spoke",
     "TerminalError",
+    "WebhookBuilder",
+    "WebhookServer",
     "configure_logging",
     "ignore_not_found",
     "load_config",

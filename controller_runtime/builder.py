@@ -81,6 +81,18 @@ class ControllerHost(Protocol):
     def add(self, controller: Controller) -> None: ...
 
 
+class _ControllerHold:
+    """What the builder's controller holds its kinds in the cache as (until it stops)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"controller {self.name!r}"
+
+
 class OptionChanges(TypedDict, total=False):
     """Keyword arguments of :meth:`ControllerBuilder.with_options` (fields of
     :class:`~controller_runtime.controller.ControllerOptions`)."""
@@ -313,15 +325,29 @@ class ControllerBuilder:
         # Resolve every kind before anything is registered: an unknown kind fails the build
         # without leaving a half-wired controller behind.
         cache = self._cache
-        main_entry = await cache.watch(main.api_version, main.kind) if main is not None else None
-        entries = [await cache.watch(w.api_version, w.kind) for w in self._watches]
-        cached = [await cache.watch(api_version, kind) for api_version, kind in self._cached]
-
-        guard = self._guard_factory(name) if self._guard_factory is not None else None
-        echoes = None
-        if self._options.skip_own_write_echoes and main_entry is not None:
-            echoes = OwnWriteEchoes(main_entry.resource)
-        controller = Controller(name, reconciler, options=self._options, guard=guard, echoes=echoes)
+        holder = _ControllerHold(name)
+        try:
+            main_entry = (
+                await cache.watch(main.api_version, main.kind, holder=holder)
+                if main is not None
+                else None
+            )
+            entries = [
+                await cache.watch(w.api_version, w.kind, holder=holder) for w in self._watches
+            ]
+            cached = [await cache.watch(av, k, holder=holder) for av, k in self._cached]
+            guard = self._guard_factory(name) if self._guard_factory is not None else None
+            echoes = None
+            if self._options.skip_own_write_echoes and main_entry is not None:
+                echoes = OwnWriteEchoes(main_entry.resource)
+            controller = Controller(
+                name, reconciler, options=self._options, guard=guard, echoes=echoes
+            )
+        except BaseException:  # nothing built: let go of what was watched for it
+            await cache.release_all(holder)
+            raise
+        # Stopped, the controller lets go of its kinds: informers nobody else holds stop.
+        controller.on_stop(lambda: cache.release_all(holder))
         if main is not None and main_entry is not None:
             assert main.handler is not None
             # The echo filter last: it is one empty-dict test for every event not ours.

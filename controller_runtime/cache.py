@@ -5,6 +5,16 @@ Nothing is watched implicitly. A kind is watched once something asks for it with
 that is not watched raises :class:`NotCachedError` saying what to configure, instead of
 silently starting a cluster-wide watch (controller-runtime's default does the latter).
 
+Holders (who keeps a kind watched): :meth:`Cache.watch` names the holder it watches for (a
+controller the builder built, a reader's token from :meth:`Cache.use`; default: pinned, for
+the cache's life). :meth:`Cache.release` (or :meth:`Cache.release_all`, or leaving
+:meth:`Cache.use`) drops one; when a kind's last holder is gone its informers are stopped
+(their watches closed) and forgotten, so their stores are freed, and reads of the kind raise
+:class:`NotCachedError` again. A controller built by the builder holds its kinds until it is
+stopped. Cached reads (:meth:`Cache.get`, :meth:`Cache.list`, and the client's reads through
+the cache) never start an informer, so no informer is ever started lazily behind a holder's
+back, and none outlives its last holder: there is no idle timeout to wait for.
+
 Scope: ``namespaces`` limits every namespaced kind to those namespaces (one informer per
 namespace, like controller-runtime's ``DefaultNamespaces``); ``by_object`` overrides the
 scope, selectors and mode per kind. Cluster-scoped kinds always get one informer.
@@ -13,18 +23,26 @@ scope, selectors and mode per kind. Cluster-scoped kinds always get one informer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import builtins
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+import orjson
+
+from controller_runtime import metrics as _metrics
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import Request
 from controller_runtime.resource import Resource, adopt, split_target
+from informers.budget import BodyBudget, EvictedBodyError
 from informers.labels import LabelSelector
-from informers.shared import EventHandler, InformerFactory, Registration, SharedInformer
+from informers.resource_version import compare_resource_versions
+from informers.shared import PINNED, EventHandler, InformerFactory, Registration, SharedInformer
 from informers.store import ADDED, DELETED, MODIFIED, IndexFunc, Store, StoreDelta
 from kubeclient.discovery import ResourceInfo
-from kubeclient.errors import NotFoundError
+from kubeclient.errors import ApiError, NotFoundError
 
 # The cache and the informer layer under it, for code that runs a cache of its own or looks
 # at deltas (their types, ADDED/MODIFIED/DELETED) rather than through predicates.
@@ -32,15 +50,18 @@ __all__ = [
     "ADDED",
     "DELETED",
     "MODIFIED",
+    "PINNED",
     "ByObject",
     "Cache",
     "CacheSyncTimeoutError",
+    "EvictedBodyError",
     "IndexFunc",
     "InformerFactory",
     "KindInformers",
     "KindKey",
     "LabelSelector",
     "NotCachedError",
+    "StaleFetchError",
     "StoreDelta",
 ]
 
@@ -58,6 +79,12 @@ class CacheSyncTimeoutError(TimeoutError):
     """Informers did not sync in time; the message names the kinds."""
 
 
+class StaleFetchError(ApiError):
+    """A live GET of an evicted body answered with an object older than the metadata the
+    cache holds (the server, or something between, served an old state): refused, never
+    returned. The reconcile fails and is retried."""
+
+
 @dataclass(frozen=True)
 class ByObject:
     """Per-kind cache options. ``None`` fields fall back to the cache's defaults."""
@@ -67,6 +94,10 @@ class ByObject:
     field_selector: str | None = None
     metadata_only: bool = False
     indexers: Mapping[str, IndexFunc] | None = None
+    memory_limit: int | None = None
+    """Bytes of full bodies this kind's cache may hold (``None``: the cache's overall budget,
+    if any, else unbounded). Above it, the least recently used bodies are evicted and only
+    their metadata kept; the client fetches an evicted body live on a read."""
 
 
 @dataclass
@@ -110,6 +141,11 @@ class KindInformers:
     def add_handler(self, handler: EventHandler) -> list[Registration]:
         return [i.add_handler(handler) for i in self.informers.values()]
 
+    async def wait_for_sync(self, timeout: float | None = None) -> bool:
+        """True once every informer of the kind synced; ``False`` after ``timeout``."""
+        results = await asyncio.gather(*(i.wait_for_sync(timeout) for i in self.informers.values()))
+        return all(results)
+
 
 class Cache:
     """Informers per kind, created on :meth:`watch`, read with :meth:`get` and :meth:`list`.
@@ -127,12 +163,16 @@ class Cache:
         namespaces: Sequence[str] | None = None,
         by_object: Mapping[KindKey, ByObject] | None = None,
         start_timeout: float | None = None,
+        memory_limit: int | None = None,
     ) -> None:
         self.factory = factory
+        # One budget shared by every kind without a memory_limit of its own.
+        self.budget = BodyBudget(memory_limit) if memory_limit is not None else None
         self.namespaces = tuple(namespaces) if namespaces else None
         self.by_object = dict(by_object or {})
         self.start_timeout = start_timeout
         self._kinds: dict[KindKey, KindInformers] = {}
+        self._holders: dict[KindKey, set[object]] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -140,9 +180,16 @@ class Cache:
         return self.factory.discovery
 
     async def watch(
-        self, api_version: str | type[Resource], kind: str | None = None
+        self,
+        api_version: str | type[Resource],
+        kind: str | None = None,
+        *,
+        holder: object = PINNED,
     ) -> KindInformers:
-        """Watch ``kind`` (idempotent) and return its informers, started.
+        """Watch ``kind`` (idempotent) for ``holder`` and return its informers, started.
+
+        ``holder`` (any hashable object; default pinned: watched for the cache's life) keeps
+        the kind watched until :meth:`release` (module docs). Holding twice counts once.
 
         While the API server cannot be reached, this waits for it (discovery retries with
         backoff and logs each failure, the first at once) for at most ``start_timeout``
@@ -154,6 +201,8 @@ class Cache:
         async with self._lock:
             existing = self._kinds.get(key)
             if existing is not None:
+                if key in self._holders:  # else attached: its owner manages it
+                    self._holders[key].add(holder)
                 return existing
             # Waits (and logs) while the API server is unreachable, e.g. at start.
             resource = await self.factory.discovery.resolve(
@@ -165,6 +214,11 @@ class Cache:
                 scope = options.namespaces or self.namespaces
                 if scope:
                     namespaces = list(scope)
+            budget = (
+                BodyBudget(options.memory_limit)
+                if options.memory_limit is not None
+                else self.budget
+            )
             entry = KindInformers(
                 resource,
                 label_selector=(
@@ -180,9 +234,82 @@ class Cache:
                     field_selector=options.field_selector,
                     metadata_only=options.metadata_only,
                     indexers=options.indexers,
+                    holder=(self, key),
+                    budget=budget,
                 )
             self._kinds[key] = entry
+            self._holders[key] = {holder}
+            _count_bytes(entry)
             return entry
+
+    async def release(
+        self,
+        api_version: str | type[Resource],
+        kind: str | None = None,
+        *,
+        holder: object,
+    ) -> bool:
+        """Drop ``holder``'s hold on ``kind``. When no holder is left, the kind's informers are
+        stopped and forgotten (their stores freed; reads raise :class:`NotCachedError`) and
+        this returns ``True``. Releasing what ``holder`` does not hold does nothing."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.release")
+        async with self._lock:
+            return await self._release((api_version, kind), holder)
+
+    async def release_all(self, holder: object) -> list[KindKey]:
+        """:meth:`release` every kind ``holder`` holds; returns the kinds whose informers were
+        stopped."""
+        async with self._lock:
+            held = [key for key, holders in self._holders.items() if holder in holders]
+            return [key for key in held if await self._release(key, holder)]
+
+    async def _release(self, key: KindKey, holder: object) -> bool:
+        holders = self._holders.get(key)
+        if holders is None or holder not in holders:
+            return False
+        holders.discard(holder)
+        if holders:
+            return False
+        del self._holders[key]
+        entry = self._kinds.pop(key)
+        with contextlib.suppress(KeyError):
+            _metrics.CACHE_BYTES.remove(entry.resource.kind)
+        for informer in entry.informers.values():
+            await self.factory.release(informer, (self, key))
+        entry.informers.clear()
+        return True
+
+    def holders(self, api_version: str | type[Resource], kind: str | None = None) -> int:
+        """How many holders keep ``kind`` watched (0: not watched, or attached by its owner)."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.holders")
+        return len(self._holders.get((api_version, kind), ()))
+
+    @contextlib.asynccontextmanager
+    async def use(
+        self,
+        api_version: str | type[Resource],
+        kind: str | None = None,
+        *,
+        sync_timeout: float | None = None,
+    ) -> AsyncIterator[KindInformers]:
+        """Hold ``kind`` for the block: watched (and synced, waiting at most ``sync_timeout``
+        seconds, ``None``: no limit; :class:`CacheSyncTimeoutError` past it) on entry,
+        released on exit, so a reader that needs a kind for a while frees it after::
+
+            async with cache.use("v1", "ConfigMap"):
+                config = cache.get("v1", "ConfigMap", name="settings", namespace="ops")
+        """
+        holder = _Reader()
+        entry = await self.watch(api_version, kind, holder=holder)
+        try:
+            if not await entry.wait_for_sync(sync_timeout):
+                raise CacheSyncTimeoutError(
+                    f"{entry.resource.kind} ({entry.resource.api_version}) did not sync within "
+                    f"{sync_timeout}s; check RBAC (list/watch) and that its CRD is installed"
+                )
+            yield entry
+        finally:
+            await self.release(api_version, kind, holder=holder)
 
     def attach(self, api_version: str, kind: str, entry: KindInformers) -> None:
         """Serve reads of ``kind`` from ``entry``, whose informers someone else manages (a
@@ -336,6 +463,90 @@ class Cache:
             return [adopt(cls, obj) for obj in out]
         return out
 
+    async def get_or_fetch(
+        self, api_version: str, kind: str, *, name: str, namespace: str | None
+    ) -> dict[str, Any]:
+        """:meth:`get`, and for an object whose body the memory budget evicted, a live GET no
+        older than the metadata the cache holds (``resourceVersion`` set to it, the server's
+        not-older-than rule, checked again on the answer: :class:`StaleFetchError` rather
+        than an older body). The body fetched passes through the informer's transform, is
+        counted in ``cache_fetch_on_miss_total{kind}``, and is held again when it is at the
+        cached version. Raises what :meth:`get` raises, and the GET's API errors (a 404: the
+        object was deleted since the cache last heard of it)."""
+        try:
+            return self.get(api_version, kind, name=name, namespace=namespace)
+        except EvictedBodyError as evicted:
+            return await self._fetch(api_version, kind, namespace, name, evicted.resource_version)
+
+    async def list_or_fetch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> builtins.list[dict[str, Any]]:
+        """:meth:`list`, fetching evicted bodies as :meth:`get_or_fetch` does (one GET each,
+        at most 8 at a time; an object deleted meanwhile is left out)."""
+        entry = self._entry(api_version, kind, namespace, listing=True)
+        selector = (
+            LabelSelector.parse(label_selector)
+            if isinstance(label_selector, str)
+            else label_selector
+        )
+        out: builtins.list[dict[str, Any]] = []
+        missing: builtins.list[tuple[str, str]] = []
+        for informer in entry.informers_for(namespace):
+            bodies, evicted = informer.store.list_held(
+                namespace=namespace if entry.resource.namespaced else None, selector=selector
+            )
+            out.extend(bodies)
+            missing.extend(evicted)
+        if missing:
+            gate = asyncio.Semaphore(8)
+
+            async def fetch(key: str, rv: str) -> dict[str, Any] | None:
+                ns, _, name = key.rpartition("/")
+                async with gate:
+                    try:
+                        return await self._fetch(api_version, kind, ns or None, name, rv)
+                    except NotFoundError:
+                        return None
+
+            fetched = await asyncio.gather(*(fetch(k, rv) for k, rv in missing))
+            out.extend(o for o in fetched if o is not None)
+        return out
+
+    async def _fetch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, held: str
+    ) -> dict[str, Any]:
+        entry = self._entry(api_version, kind, namespace)
+        resource = entry.resource
+        path = resource.path(namespace if resource.namespaced else None, name)
+        params = {"resourceVersion": held} if held else None
+        _metrics.CACHE_FETCH_ON_MISS.labels(resource.kind).inc()
+        response = await self.factory.transport.request("GET", path, params=params)
+        obj: dict[str, Any] = response.json()
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        got = (obj.get("metadata") or {}).get("resourceVersion") or ""
+        if held and compare_resource_versions(got, held) == -1:
+            raise StaleFetchError(
+                0,
+                "StaleRead",
+                f"a live GET of {kind} {name} answered resourceVersion {got}, older than the "
+                f"{held} the cache holds; refused (retried with the reconcile)",
+                method="GET",
+                path=path,
+            )
+        informer = entry.informer_for(namespace if resource.namespaced else None)
+        if informer is not None:
+            if informer.transform is not None:
+                obj = informer.transform(obj)
+            key = f"{namespace}/{name}" if resource.namespaced and namespace else name
+            informer.store.readmit(key, orjson.dumps(obj))
+        return obj
+
     async def wait_for_sync(self, timeout: float | None = None) -> None:
         """Wait until every watched kind synced; :class:`CacheSyncTimeoutError` names the
         laggards."""
@@ -360,4 +571,22 @@ class Cache:
             )
 
     async def stop(self) -> None:
+        """Stop every informer, held or not (what they cached stays readable)."""
         await self.factory.stop()
+
+
+def _count_bytes(entry: KindInformers) -> None:
+    """``cache_bytes{kind}`` from ``entry``'s stores at scrape time (held weakly)."""
+    ref = weakref.ref(entry)
+
+    def held() -> float:
+        alive = ref()
+        return float(sum(s.held_bytes() for s in alive.stores)) if alive is not None else 0.0
+
+    _metrics.CACHE_BYTES.labels(entry.resource.kind).set_function(held)
+
+
+class _Reader:
+    """The holder of one :meth:`Cache.use` block."""
+
+    __slots__ = ()

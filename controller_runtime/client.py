@@ -48,7 +48,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import msgspec
 
-from controller_runtime.cache import Cache
+from controller_runtime.cache import Cache, EvictedBodyError
 from controller_runtime.consistency import OwnWritesOverlay
 from controller_runtime.fencing import check_fence
 from controller_runtime.objectkey import resolve_key
@@ -413,11 +413,19 @@ class Client:
         cls, api_version, kind, key = split_target(api_version, kind, key, method="client.get")
         namespace, name = resolve_key(key, name, namespace, method="client.get")
         if self._overlay is None:
-            if cls is not None:
-                return self.cache.get(cls, name=name, namespace=namespace)
-            return self.cache.get(api_version, kind, name=name, namespace=namespace)
+            try:
+                if cls is not None:
+                    return self.cache.get(cls, name=name, namespace=namespace)
+                return self.cache.get(api_version, kind, name=name, namespace=namespace)
+            except EvictedBodyError:  # a memory budget holds its metadata only: fetch it
+                fetched = await self.cache.get_or_fetch(
+                    api_version, kind, name=name, namespace=namespace
+                )
+                return adopt(cls, fetched) if cls is not None else fetched
         try:
-            cached: Obj | None = self.cache.get(api_version, kind, name=name, namespace=namespace)
+            cached: Obj | None = await self.cache.get_or_fetch(
+                api_version, kind, name=name, namespace=namespace
+            )
         except NotFoundError:
             cached = None
         entry = self.cache.watched(api_version, kind)
@@ -462,11 +470,17 @@ class Client:
         :class:`~controller_runtime.cache.NotCachedError` for a kind not cached or a namespace
         outside the cache's scope. ``list(Task)`` returns ``Task`` instances."""
         cls, api_version, kind, _ = split_target(api_version, kind, None, method="client.list")
-        if cls is not None:
-            return self.cache.list(cls, namespace=namespace, label_selector=label_selector)
-        return self.cache.list(
-            api_version, kind, namespace=namespace, label_selector=label_selector
-        )
+        try:
+            if cls is not None:
+                return self.cache.list(cls, namespace=namespace, label_selector=label_selector)
+            return self.cache.list(
+                api_version, kind, namespace=namespace, label_selector=label_selector
+            )
+        except EvictedBodyError:  # some bodies are not held (a memory budget): fetch those
+            objs = await self.cache.list_or_fetch(
+                api_version, kind, namespace=namespace, label_selector=label_selector
+            )
+            return [adopt(cls, o) for o in objs] if cls is not None else objs
 
     # ------------------------------------------------------------------------------ writes
 

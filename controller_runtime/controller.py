@@ -57,7 +57,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,6 +313,7 @@ class Controller:
         )
         self._registrations: list[Registration] = []
         self._read_only: list[SharedInformer] = []  # cached for reads; they queue nothing
+        self._on_stop: list[Callable[[], Awaitable[object] | None]] = []
         self._workers: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
@@ -352,6 +353,13 @@ class Controller:
             self._read_only.append(source)
         else:
             self._read_only.extend(source.informers.values())
+
+    def on_stop(self, callback: Callable[[], Awaitable[object] | None]) -> None:
+        """Call ``callback`` (a function, or one returning an awaitable) once :meth:`stop` has
+        detached the sources and drained the workers, in the order added; one that raises is
+        logged and the next still runs. The builder releases the controller's kinds from the
+        cache this way, and a manager forgets the controller."""
+        self._on_stop.append(callback)
 
     def enqueue(self, request: Request, *, priority: int = 0, after: float | None = None) -> None:
         """Queue ``request`` (deduplicated; ignored once stopped), after ``after`` seconds if
@@ -416,8 +424,9 @@ class Controller:
     async def stop(self, drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT) -> bool:
         """Stop: detach from the sources, take no new work, let in-flight reconciles finish
         for up to ``drain_timeout`` seconds (``None``: wait forever), then cancel what is
-        still running. Queued keys are dropped (a new controller's initial lists bring them
-        back). Returns
+        still running, then run the :meth:`on_stop` callbacks (a controller from the builder
+        releases its kinds: informers no one else holds stop watching and free their stores).
+        Queued keys are dropped (a new controller's initial lists bring them back). Returns
         ``True`` if every in-flight reconcile finished in time. Idempotent."""
         if self._stopped:
             return True
@@ -426,6 +435,9 @@ class Controller:
             del _NAMES[self.name]
         for registration in self._registrations:
             registration.remove()
+        # Nothing of ours keeps an informer (or its store) alive once it is released.
+        self._registrations = []
+        self._read_only = []
         log.info("Stopping workers", extra={"controller": self.name})
         if self._workers:
             drained = await self.queue.shutdown_with_drain(drain_timeout)
@@ -442,6 +454,14 @@ class Controller:
                 drain_timeout,
                 extra={"controller": self.name},
             )
+        callbacks, self._on_stop = self._on_stop, []
+        for callback in callbacks:
+            try:
+                result = callback()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("an on_stop callback failed", extra={"controller": self.name})
         return drained
 
     async def __aenter__(self) -> Controller:

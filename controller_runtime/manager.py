@@ -88,6 +88,7 @@ from controller_runtime.leaderelection import (
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
 from controller_runtime.sharding import ShardRing, ShardRingConfig
 from controller_runtime.util.events import EventRecorder, EventRecorderOptions
+from controller_runtime.webhook.server import WebhookServer
 from informers import metrics as informer_metrics
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
@@ -137,6 +138,14 @@ class ManagerOptions:
     failures, 429, 5xx) while starting, i.e. while a controller is built and its kinds are
     discovered; then :class:`~kubeclient.discovery.ServerUnreachableError` (120 s; ``None``:
     wait until cancelled). The first failure is logged at once with the server's address.
+    ``cache_memory_limit``: bytes of full bodies the cache may hold across every kind without
+    a ``ByObject.memory_limit`` of its own (``None``, the default: unbounded); above it the
+    least recently used bodies are evicted, their metadata kept, and the client fetches
+    them live on a read (see :mod:`controller_runtime.cache`).
+    ``webhook_server``: the admission and conversion webhook server
+    (:class:`~controller_runtime.webhook.WebhookServer`), run on every replica; ``None``: one
+    with its defaults (port 9443), created when :attr:`Manager.webhook_server` is first used
+    (a manager that registers no webhook serves none).
     """
 
     namespaces: Sequence[str] | None = None
@@ -151,6 +160,8 @@ class ManagerOptions:
     field_manager: str = "controller-runtime-py"
     watch_timeout_seconds: int = 300
     start_timeout: float | None = 120.0
+    cache_memory_limit: int | None = None
+    webhook_server: WebhookServer | None = None
 
 
 def _split_address(address: str | None) -> tuple[str, int] | None:
@@ -187,6 +198,7 @@ class Manager:
             namespaces=options.namespaces,
             by_object=options.by_object,
             start_timeout=options.start_timeout,
+            memory_limit=options.cache_memory_limit,
         )
         self.client = Client(self.transport, self.cache, field_manager=options.field_manager)
         self.controllers: list[Controller] = []
@@ -220,6 +232,26 @@ class Manager:
         self._recorders: dict[str, EventRecorder] = {}
         self._closed = False
         self._running = False
+        self._leading = False  # controllers are started (add_controller starts its own)
+        self._webhook_server: WebhookServer | None = None
+        if options.webhook_server is not None:
+            self._adopt_webhook_server(options.webhook_server)
+
+    @property
+    def webhook_server(self) -> WebhookServer:
+        """The webhook server (controller-runtime's ``GetWebhookServer``): the one in
+        ``ManagerOptions.webhook_server``, else one with the defaults, created now. It runs
+        on every replica, leader or not, from before the caches sync; its ``webhook-server``
+        readiness check fails until it answers a TLS handshake with a trusted certificate."""
+        if self._webhook_server is None:
+            self._adopt_webhook_server(WebhookServer())
+        assert self._webhook_server is not None
+        return self._webhook_server
+
+    def _adopt_webhook_server(self, server: WebhookServer) -> None:
+        self._webhook_server = server
+        self.add(server)
+        self._readyz["webhook-server"] = server.ready
 
     async def __aenter__(self) -> Manager:
         return self
@@ -275,12 +307,49 @@ class Manager:
 
     def add(self, runnable: Controller | Runnable) -> None:
         """Run ``runnable`` with the manager (controllers only while leading). Adding the
-        same object twice has no effect."""
+        same object twice has no effect. A controller added while the manager leads is
+        started by :meth:`add_controller`; a stopped controller is forgotten."""
         if isinstance(runnable, Controller):
             if runnable not in self.controllers:
                 self.controllers.append(runnable)
+                runnable.on_stop(lambda: self._forget(runnable))
         elif runnable not in self.runnables:
             self.runnables.append(runnable)
+
+    async def add_controller(self, controller: Controller) -> None:
+        """Run ``controller`` with the manager, also after :meth:`run` began: while this
+        replica leads, it is started now (this returns once its sources synced, at most
+        its ``cache_sync_timeout``; :class:`~controller_runtime.cache.CacheSyncTimeoutError`
+        otherwise, the controller then stays added, unstarted, and :meth:`remove_controller`
+        lets go of it); otherwise when leadership is won. The builder's ``complete`` (with
+        ``ControllerBuilder(manager)``) adds it already: then this only starts it.
+        ``RuntimeError`` once the manager stops."""
+        if self.stopping or (self._closed and not self._running):
+            raise RuntimeError("the manager is stopping or closed; it takes no new controllers")
+        self.add(controller)
+        if self._leading and not controller.started:
+            self._fence(controller)
+            await controller.start()
+
+    def _fence(self, controller: Controller) -> None:
+        """A leader-elected controller checks the elector's deadline before each write."""
+        if self.elector is not None and controller.fence is None:
+            controller.fence = self.elector
+
+    async def remove_controller(
+        self, controller: Controller, drain_timeout: float | None = None
+    ) -> bool:
+        """Stop ``controller`` and forget it; the manager runs on. Its handlers leave the
+        shared informers, in-flight reconciles get ``drain_timeout`` seconds (default: the
+        manager's ``graceful_shutdown_timeout``), and the kinds no other controller or reader
+        holds stop being watched (see :mod:`controller_runtime.cache`). The same as
+        ``controller.stop()``. Returns whether every in-flight reconcile finished in time."""
+        timeout = self.options.graceful_shutdown_timeout if drain_timeout is None else drain_timeout
+        return await controller.stop(timeout)
+
+    def _forget(self, controller: Controller) -> None:
+        if controller in self.controllers:
+            self.controllers.remove(controller)
 
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._healthz[name] = check
@@ -381,34 +450,39 @@ class Manager:
         """
         self.is_leader = True
         runnables = [r for r in self.runnables if r.need_leader_election]
-        started: list[Controller] = []
         try:
             for runnable in runnables:
                 await runnable.start()
-            for controller in self.controllers:
-                if self.elector is not None and controller.fence is None:
-                    controller.fence = self.elector
-                await controller.start()
-                started.append(controller)
+            # From here on add_controller starts what it is given itself.
+            self._leading = True
+            for controller in list(self.controllers):
+                if not controller.started:
+                    self._fence(controller)
+                    await controller.start()
             await self._stop.wait()
             log.info(
                 "stopping controllers (up to %.0fs for in-flight reconciles)",
                 self.options.graceful_shutdown_timeout,
             )
             timeout = self.options.graceful_shutdown_timeout
-            await asyncio.gather(*(c.stop(timeout) for c in started))
+            await asyncio.gather(*(c.stop(timeout) for c in self._started_controllers()))
             await asyncio.gather(*(r.stop(timeout) for r in runnables))
         except asyncio.CancelledError:
+            started = self._started_controllers()
             await asyncio.gather(*(c.stop(0) for c in started), return_exceptions=True)
             await asyncio.gather(*(r.stop(0) for r in runnables), return_exceptions=True)
             raise
         finally:
+            self._leading = False
             self.is_leader = False
+
+    def _started_controllers(self) -> list[Controller]:
+        return [c for c in self.controllers if c.started]
 
     async def _shutdown(self) -> None:
         """Stop everything; a step that fails is logged (with its traceback) and the next
         step still runs."""
-        for controller in self.controllers:
+        for controller in list(self.controllers):
             await _logged(f"stopping controller {controller.name!r}", controller.stop(0))
         # A graceful stop lets runnables that run without leadership (a shard ring) drain.
         drain = self.options.graceful_shutdown_timeout if self.stopping else 0

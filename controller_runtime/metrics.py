@@ -22,6 +22,8 @@ from informers.fastmetrics import Counter, Histogram
 
 __all__ = [
     "ACTIVE_WORKERS",
+    "CACHE_BYTES",
+    "CACHE_FETCH_ON_MISS",
     "CONTROLLER_LABELS",
     "MAX_CONCURRENT_RECONCILES",
     "RECONCILE_ERRORS",
@@ -36,6 +38,10 @@ __all__ = [
     "TASK_FAILURES",
     "TASK_RESTARTS",
     "TERMINAL_RECONCILE_ERRORS",
+    "WEBHOOK_IN_FLIGHT",
+    "WEBHOOK_LATENCY",
+    "WEBHOOK_LATENCY_BUCKETS",
+    "WEBHOOK_REQUESTS",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_BUCKETS",
     "WORKQUEUE_GAUGES",
@@ -279,6 +285,23 @@ STALE_SKIPS = Counter(
 )
 
 
+# --- The cache's memory budget ------------------------------------------------------------------
+
+CACHE_BYTES = Gauge(
+    "cache_bytes",
+    "Encoded bytes the cache holds per kind: full bodies, and the metadata of objects whose "
+    "body a memory budget evicted (read at scrape time)",
+    ("kind",),
+    registry=REGISTRY,
+)
+CACHE_FETCH_ON_MISS = Counter(
+    "cache_fetch_on_miss_total",
+    "Cached reads answered by a live GET because the memory budget had evicted the body, per kind",
+    ("kind",),
+    registry=REGISTRY,
+)
+
+
 # --- Supervision -------------------------------------------------------------------------------
 #
 # The manager's long-running tasks (leader election, the metrics and health servers, the
@@ -296,6 +319,35 @@ TASK_RESTARTS = Counter(
     "controller_runtime_task_restarts_total",
     "Restarts of the manager's long-running tasks after an unexpected failure, by task",
     ("task",),
+    registry=REGISTRY,
+)
+
+
+# --- Webhooks ----------------------------------------------------------------------------------
+#
+# controller-runtime's pkg/webhook/internal/metrics: ``webhook`` is the path served
+# (``/validate-shop-example-com-v1-widget``, ``/convert``), ``code`` the HTTP status answered.
+
+WEBHOOK_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Prometheus' default buckets, which controller-runtime's webhook latency uses."""
+
+WEBHOOK_LATENCY = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Histogram of the latency of processing admission requests",
+    ("webhook",),
+    buckets=WEBHOOK_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+WEBHOOK_REQUESTS = Counter(
+    "controller_runtime_webhook_requests_total",
+    "Total number of admission requests by HTTP status code.",
+    ("webhook", "code"),
+    registry=REGISTRY,
+)
+WEBHOOK_IN_FLIGHT = Gauge(
+    "controller_runtime_webhook_requests_in_flight",
+    "Current number of admission requests being served.",
+    ("webhook",),
     registry=REGISTRY,
 )
 

@@ -113,6 +113,7 @@ __all__ = [
     "Schema",
     "SchemaPatch",
     "Scope",
+    "WebhookConversion",
     "crd",
     "field",
     "guess_plural",
@@ -441,6 +442,26 @@ class PrinterColumn:
 
 
 @dataclass(frozen=True)
+class WebhookConversion:
+    """Convert between a kind's versions through a webhook (the CRD's ``spec.conversion``
+    with ``strategy: Webhook``), reached through a Service in the cluster.
+
+    The API server calls ``https://<service_name>.<service_namespace>.svc:<port><path>``
+    with a ``ConversionReview`` whenever a client asks for a version other than the one an
+    object is stored in. Without it (the default) the strategy is ``None``: the API server
+    only rewrites ``apiVersion``, which is right only when the versions' schemas are the
+    same. Defaults: ``path`` ``/convert`` (controller-runtime's), ``port`` 443, reviews in
+    ``v1``. The CRD carries no ``caBundle``: whoever issues the serving certificate injects
+    it (cert-manager's cainjector, or the webhook server's self-managed certificates)."""
+
+    service_name: str
+    service_namespace: str
+    path: str = "/convert"
+    port: int = 443
+    review_versions: tuple[str, ...] = ("v1",)
+
+
+@dataclass(frozen=True)
 class ResourceInfo:
     """What :func:`crd` says about a resource class."""
 
@@ -462,6 +483,7 @@ class ResourceInfo:
     deprecated: bool
     deprecation_warning: str
     header: str
+    conversion: WebhookConversion | None = None
 
     @property
     def api_version(self) -> str:
@@ -711,6 +733,7 @@ def crd(
     deprecated: bool = False,
     deprecation_warning: str = "",
     header: str = "",
+    conversion: WebhookConversion | None = None,
 ) -> Callable[[type[R]], type[R]]:
     """Declare a :class:`Resource` subclass as a kind of a CRD (kubebuilder's
     ``+kubebuilder:resource``, ``+kubebuilder:subresource``, ``+kubebuilder:printcolumn``,
@@ -721,7 +744,10 @@ def crd(
     off (else ``(spec replicas path, status replicas path, label selector path)``). Several
     classes of one group and kind with different versions make one CRD with every version;
     exactly one of them has ``storage=True``. ``header`` is a comment for the top of the
-    generated file (default: none).
+    generated file (default: none). ``conversion`` (a :class:`WebhookConversion`, declared
+    on any of the kind's versions, the same on each that declares it) makes the CRD convert
+    through a webhook; default none (``strategy: None``, for versions whose schemas are the
+    same).
     """
 
     def declare(cls: type[R]) -> type[R]:
@@ -750,6 +776,7 @@ def crd(
             deprecated=deprecated,
             deprecation_warning=deprecation_warning,
             header=header,
+            conversion=conversion,
         )
         cls.__resource__ = info
         cls.api_version = info.api_version

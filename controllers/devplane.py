@@ -50,7 +50,7 @@ async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -
     """The admin Secret of ``server``, a version policy enabling its major version, an
     external PostgresInstance using it and a ServiceBinding to it."""
     major = server.version.split(".")[0]
-    group = "/apis/postgres.crpy.io/v1alpha1"
+    group = "/apis/postgres.crpy.io/v1beta1"
     base = f"{group}/namespaces/{DEMO_NAMESPACE}"
     async with Transport(await load_kubeconfig(plane.kubeconfig)) as transport:
         await transport.request(
@@ -65,7 +65,7 @@ async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -
             "POST",
             f"{group}/postgresversionpolicies",
             body={
-                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "apiVersion": "postgres.crpy.io/v1beta1",
                 "kind": "PostgresVersionPolicy",
                 "metadata": {"name": "default"},
                 "spec": {
@@ -91,7 +91,7 @@ async def create_postgres_examples(plane: ControlPlane, server: LocalPostgres) -
             ("servicebindings", "ServiceBinding", "shop", {"instanceRef": {"name": "demo-db"}}),
         ):
             body = {
-                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "apiVersion": "postgres.crpy.io/v1beta1",
                 "kind": kind,
                 "metadata": {"name": name},
                 "spec": spec,

@@ -10,6 +10,8 @@ REST client metrics carry controller-runtime's names (``rest_client_requests_tot
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Sized
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -84,6 +86,26 @@ STORE_OBJECTS = Gauge(
     ("resource",),
     registry=REGISTRY,
 )
+
+_STORES: dict[str, weakref.WeakSet[Sized]] = {}
+
+
+def track_store(resource: str, store: Sized) -> None:
+    """Count ``store`` in ``informer_store_objects{resource}`` (the sum over every store of the
+    resource, read at scrape time). Held weakly: the metric never keeps a store alive."""
+    stores = _STORES.get(resource)
+    if stores is None:
+        stores = _STORES[resource] = weakref.WeakSet()
+    stores.add(store)
+    STORE_OBJECTS.labels(resource).set_function(lambda: sum(len(s) for s in list(stores)))
+
+
+def untrack_store(resource: str, store: Sized) -> None:
+    """Stop counting ``store`` (its informer stopped): the series falls at once, not when the
+    store is collected."""
+    stores = _STORES.get(resource)
+    if stores is not None:
+        stores.discard(store)
 
 
 def rest_observer(server: str) -> RequestObserver:

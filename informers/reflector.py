@@ -172,7 +172,7 @@ class Reflector:
         self._malformed_events = metrics.MALFORMED_EVENTS.labels(label, "event")
         self._malformed_objects = metrics.MALFORMED_EVENTS.labels(label, "object")
         # Read at scrape time: nothing to update per event.
-        metrics.STORE_OBJECTS.labels(label).set_function(store.__len__)
+        metrics.track_store(label, store)
         self._watches_open = metrics.WATCHES_OPEN.labels(label)
         self._label = label
         self._loop_time: Callable[[], float] = lambda: 0.0

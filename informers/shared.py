@@ -39,9 +39,10 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from informers import metrics
+from informers.budget import BodyBudget
 from informers.reflector import Reflector, Transform, strip_managed_fields
 from informers.reflector_machine import ReflectorOptions
 from informers.sharding import ShardSelector
@@ -184,6 +185,7 @@ class SharedInformer:
     indexers: Mapping[str, IndexFunc] | None = None
     options: ReflectorOptions | None = None
     shard_selector: ShardSelector | None = None
+    budget: BodyBudget | None = None
     store: Store = field(init=False)
     reflector: Reflector = field(init=False)
     _registrations: set[Registration] = field(init=False, default_factory=set)
@@ -191,7 +193,7 @@ class SharedInformer:
     _down: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        self.store = Store(indexers=self.indexers)
+        self.store = Store(indexers=self.indexers, budget=self.budget)
         self.reflector = Reflector(
             self.transport,
             self.resource,
@@ -264,7 +266,12 @@ class SharedInformer:
             await asyncio.sleep(delay)
 
     async def stop(self) -> None:
-        """Stop the reflector and every handler task."""
+        """Stop the reflector (its watch is closed) and every handler task. The store keeps
+        its content (a stopped informer can still be read) but leaves
+        ``informer_store_objects`` at once."""
+        metrics.untrack_store(self.resource.group_resource, self.store)
+        if self.budget is not None:
+            self.budget.forget_store(self.store)
         tasks = [self._task] if self._task is not None else []
         for registration in list(self._registrations):
             registration.remove()
@@ -295,7 +302,8 @@ class SharedInformer:
         snapshot: list[tuple[str, bytes]] | None = None
         if self.store.has_synced:
             keys = self.store.keys()
-            snapshot = [(key, raw) for key in keys if (raw := self.store.get_raw(key)) is not None]
+            # Held bytes: with a budget, an evicted object's metadata (its body is not held).
+            snapshot = [(key, raw) for key in keys if (raw := self.store.held_raw(key)) is not None]
         self._registrations.add(registration)
         registration.start(snapshot)
         return registration
@@ -331,11 +339,24 @@ def kind_of(api_version: str | type, kind: str | None) -> tuple[str, str]:
     return version, name
 
 
+PINNED: Final = "pinned"
+"""The holder of an informer asked for without one: it is never released, so the informer runs
+until :meth:`InformerFactory.discard` or :meth:`InformerFactory.stop`."""
+
+
 class InformerFactory:
     """Creates and shares informers: one per :class:`InformerKey`.
 
     ``transform`` (default :func:`strip_managed_fields`) and ``options`` apply to every
     informer the factory creates. Informers are started on creation; :meth:`stop` stops all.
+
+    **Holders.** Each :meth:`informer` call names the holder it is for (any hashable object:
+    a controller, a cache, a reader's token; default :data:`PINNED`). :meth:`release` drops
+    one holder; when the last one is gone the informer is stopped (its watch closed) and
+    forgotten, so its store is freed once nothing else references it (handlers' registrations
+    are removed by their owners). An informer with the :data:`PINNED` holder is never
+    released: code that never says it is done keeps what it started, as before holders
+    existed. Holding twice counts once.
     """
 
     def __init__(
@@ -351,6 +372,7 @@ class InformerFactory:
         self.transform = transform
         self.options = options
         self._informers: dict[InformerKey, SharedInformer] = {}
+        self._holders: dict[InformerKey, set[object]] = {}
 
     async def informer(
         self,
@@ -364,12 +386,17 @@ class InformerFactory:
         indexers: Mapping[str, IndexFunc] | None = None,
         start: bool = True,
         shard_selector: ShardSelector | None = None,
+        holder: object = PINNED,
+        budget: BodyBudget | None = None,
     ) -> SharedInformer:
-        """The shared informer for this kind and scope, created (and started) on first use.
+        """The shared informer for this kind and scope, created (and started) on first use,
+        held for ``holder`` until :meth:`release` (class docs; default :data:`PINNED`: for
+        good).
 
         ``shard_selector`` limits it to one shard of the objects (see
         :mod:`informers.sharding`); informers of different shards are different informers.
 
+        ``budget`` (:mod:`informers.budget`; default ``None``: every body kept) and
         ``indexers`` only take effect for the call that creates the informer; a later call
         asking for an index the existing informer lacks raises ``ValueError``.
 
@@ -400,6 +427,7 @@ class InformerFactory:
                 indexers=indexers,
                 options=self.options,
                 shard_selector=shard_selector,
+                budget=budget,
             )
             self._informers[key] = informer
         elif indexers:
@@ -409,9 +437,39 @@ class InformerFactory:
                     f"the informer for {informer.description} was created without the "
                     f"index(es) {sorted(missing)}; register indexes before first use"
                 )
+        self._holders.setdefault(key, set()).add(holder)
         if start:
             informer.start()
         return informer
+
+    async def release(self, informer: SharedInformer, holder: object) -> bool:
+        """Drop ``holder``'s hold on ``informer``; stop and forget the informer when no holder
+        is left. Returns ``True`` if it was stopped now. Releasing what ``holder`` does not
+        hold (twice, or an informer already discarded) does nothing and returns ``False``."""
+        key = self._key_of(informer)
+        if key is None:
+            return False
+        holders = self._holders.get(key, set())
+        if holder not in holders:
+            return False
+        holders.discard(holder)
+        if holders:
+            return False
+        del self._informers[key]
+        self._holders.pop(key, None)
+        await informer.stop()
+        return True
+
+    def holders(self, informer: SharedInformer) -> int:
+        """How many holders ``informer`` has (0 once it is released or discarded)."""
+        key = self._key_of(informer)
+        return len(self._holders.get(key, ())) if key is not None else 0
+
+    def _key_of(self, informer: SharedInformer) -> InformerKey | None:
+        for key, known in self._informers.items():
+            if known is informer:
+                return key
+        return None
 
     def informers(self) -> list[SharedInformer]:
         return list(self._informers.values())
@@ -420,10 +478,12 @@ class InformerFactory:
         return self._informers.get(key)
 
     async def discard(self, informer: SharedInformer) -> None:
-        """Stop ``informer`` and forget it (a later :meth:`informer` call makes a new one)."""
+        """Stop ``informer`` and forget it, whoever holds it (a later :meth:`informer` call
+        makes a new one)."""
         for key, known in list(self._informers.items()):
             if known is informer:
                 del self._informers[key]
+                self._holders.pop(key, None)
         await informer.stop()
 
     def unhealthy(self) -> list[SharedInformer]:
@@ -438,5 +498,6 @@ class InformerFactory:
         return [i for i, ok in zip(informers, results, strict=True) if not ok]
 
     async def stop(self) -> None:
+        """Stop every informer, held or not (what they cached stays readable)."""
         for informer in self._informers.values():
             await informer.stop()

@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
+from .budget import BodyBudget, EvictedBodyError, metadata_stub
 from .labels import LabelSelector, Operator
 from .resource_version import compare_resource_versions, is_comparable, is_newer, sort_key
 
@@ -98,6 +99,13 @@ class _Entry:
         # Index values per non-namespace index, in Store._index_names order; kept so that an
         # update or delete can unfile the old values without decoding the old object.
         self.ivals = ivals
+
+
+class _Evicted(_Entry):
+    """An object whose body a :class:`~informers.budget.BodyBudget` evicted: ``raw`` is its
+    metadata stub (:func:`~informers.budget.metadata_stub`)."""
+
+    __slots__ = ()
 
 
 _RV_FIELD: Final = b'"resourceVersion":"'
@@ -389,6 +397,7 @@ class Store:
         *,
         indexers: Mapping[str, IndexFunc] | None = None,
         label_index: bool = False,
+        budget: BodyBudget | None = None,
     ) -> None:
         funcs: dict[str, _TupleIndexFunc] = {OWNER_UID_INDEX: _owner_uids}
         if label_index:
@@ -414,6 +423,7 @@ class Store:
         self._waiters: list[tuple[tuple[int, str], int, asyncio.Future[None]]] = []
         self._dead_waiters = 0
         self._seq = itertools.count()
+        self._budget = budget
 
     # ----------------------------------------------------------------------------------- reads
 
@@ -428,14 +438,99 @@ class Store:
         return list(self._items)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """A fresh copy of the object at ``key``, or ``None``."""
+        """A fresh copy of the object at ``key``, or ``None``. With a budget, raises
+        :class:`~informers.budget.EvictedBodyError` for an object whose body was evicted."""
         stored = self._items.get(key)
-        return None if stored is None else orjson.loads(_raw_of(stored))
+        if stored is None:
+            return None
+        if self._budget is not None:
+            return orjson.loads(self._body(key, stored))  # type: ignore[no-any-return]
+        return orjson.loads(_raw_of(stored))  # type: ignore[no-any-return]
 
     def get_raw(self, key: str) -> bytes | None:
-        """The stored JSON encoding of the object at ``key`` (immutable), or ``None``."""
+        """The stored JSON encoding of the object at ``key`` (immutable), or ``None``; raises
+        :class:`~informers.budget.EvictedBodyError` as :meth:`get` does."""
+        stored = self._items.get(key)
+        if stored is None:
+            return None
+        if self._budget is not None:
+            return self._body(key, stored)
+        return _raw_of(stored)
+
+    def held_raw(self, key: str) -> bytes | None:
+        """What the store holds for ``key``: its body, or with a budget possibly only its
+        metadata stub (:mod:`informers.budget`); ``None`` when absent. Never raises; does not
+        count as a use of the body."""
         stored = self._items.get(key)
         return None if stored is None else _raw_of(stored)
+
+    def evicted(self, key: str) -> bool:
+        """Whether ``key`` is held with its metadata only (its body evicted by the budget)."""
+        return type(self._items.get(key)) is _Evicted
+
+    @property
+    def budget(self) -> BodyBudget | None:
+        """The budget governing this store's bodies (``None``: unbounded)."""
+        return self._budget
+
+    def held_bytes(self) -> int:
+        """Encoded bytes held (bodies and metadata stubs), O(objects): for metrics."""
+        return sum(len(_raw_of(v)) for v in list(self._items.values()))
+
+    def readmit(self, key: str, raw: bytes) -> bool:
+        """Hold ``raw`` (a body fetched live) as the body of ``key`` again, when ``key`` is
+        held evicted at exactly the resourceVersion in ``raw`` (else nothing changes: the
+        fetch saw another version than the store, and the store keeps following its watch).
+        Returns whether it was taken."""
+        stored = self._items.get(key)
+        if type(stored) is not _Evicted or self._budget is None:
+            return False
+        assert isinstance(stored, _Evicted)
+        if _rv_in(raw) != stored.rv:
+            return False
+        entry = _Entry(memoryview(raw).tobytes(), stored.rv, stored.ivals)
+        self._items[key] = self._compact(entry)
+        self._budget.admit(self, key, len(entry.raw))
+        return True
+
+    def _body(self, key: str, stored: bytes | _Entry) -> bytes:
+        if type(stored) is _Evicted:
+            raise EvictedBodyError(key, stored.rv)
+        assert self._budget is not None
+        self._budget.touch(self, key)
+        return _raw_of(stored)
+
+    def _evict(self, key: str) -> None:
+        """Keep only ``key``'s metadata (called by the budget, which forgot the body)."""
+        stored = self._items.get(key)
+        if stored is None or type(stored) is _Evicted:
+            return
+        entry = self._entry(stored)
+        self._items[key] = _Evicted(metadata_stub(entry.raw), entry.rv, entry.ivals)
+
+    def list_held(
+        self, *, namespace: str | None = None, selector: LabelSelector | None = None
+    ) -> tuple[builtins.list[dict[str, Any]], builtins.list[tuple[str, str]]]:
+        """:meth:`list`, split: fresh copies of the matching objects whose bodies are held,
+        and ``(key, resourceVersion)`` of the matching ones held as metadata only (selectors
+        match on the metadata kept). Without a budget the second list is empty."""
+        if self._budget is None:
+            return self.list(namespace=namespace, selector=selector), []
+        keys: Iterable[str] = self._ns_index.keys(namespace) if namespace else list(self._items)
+        bodies: builtins.list[dict[str, Any]] = []
+        evicted: builtins.list[tuple[str, str]] = []
+        items = self._items
+        for k in keys:
+            stored = items[k]
+            obj = orjson.loads(_raw_of(stored))
+            if selector is not None and not selector.empty and not selector.matches_object(obj):
+                continue
+            if type(stored) is _Evicted:
+                evicted.append((k, stored.rv))
+            else:
+                self._budget.touch(self, k)
+                bodies.append(obj)
+        return bodies, evicted
 
     def resource_version_of(self, key: str) -> str | None:
         """The cached object's ``metadata.resourceVersion`` (no decoding), or ``None``."""
@@ -458,7 +553,14 @@ class Store:
         self, *, namespace: str | None = None, selector: LabelSelector | None = None
     ) -> builtins.list[dict[str, Any]]:
         """Fresh copies of the objects in ``namespace`` (``None`` or ``""``: all) that match
-        ``selector`` (``None``: all)."""
+        ``selector`` (``None``: all). With a budget, raises
+        :class:`~informers.budget.EvictedBodyError` if one of them is held as metadata only
+        (:meth:`list_held` returns both parts)."""
+        if self._budget is not None:
+            bodies, evicted = self.list_held(namespace=namespace, selector=selector)
+            if evicted:
+                raise EvictedBodyError(*evicted[0])
+            return bodies
         keys: Iterable[str] = self._ns_index.keys(namespace) if namespace else self._items
         if selector is None or selector.empty:
             items = self._items
@@ -477,9 +579,12 @@ class Store:
     def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         """Fresh copies of the objects filed under ``value`` in index ``name``.
 
-        Raises ``KeyError`` for an unknown index name.
+        Raises ``KeyError`` for an unknown index name (and, with a budget,
+        :class:`~informers.budget.EvictedBodyError` as :meth:`get` does).
         """
         items = self._items
+        if self._budget is not None:
+            return [orjson.loads(self._body(k, items[k])) for k in self.index_keys(name, value)]
         return [orjson.loads(_raw_of(items[k])) for k in self.index_keys(name, value)]
 
     def index_keys(self, name: str, value: str) -> builtins.list[str]:
@@ -554,10 +659,7 @@ class Store:
             raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
         return Prepared(key, self._make_entry(obj, rv), obj, uid)
 
-    # Flat on purpose (the reflector calls it per event): see the comment in the body.
-    def apply(  # noqa: PLR0912
-        self, event_type: EventType, obj: dict[str, Any]
-    ) -> StoreDelta | None:
+    def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
 
         ``ADDED``/``MODIFIED`` store ``obj`` unless the cached copy is at the same or a newer
@@ -571,8 +673,7 @@ class Store:
         that is not a string; the store is unchanged then (also when an index function raises).
         A stale or repeated ``ADDED``/``MODIFIED`` is neither encoded nor indexed.
         """
-        # Flattened (prepare + apply_prepared without the intermediate objects): this is the
-        # reflector's per-event path. Everything that can raise runs before the first change.
+        # Everything that can raise runs before the first change (in _apply, the encoding).
         meta: Any = obj.get("metadata")
         name = meta.get("name") if meta else None
         if not name or type(name) is not str:
@@ -583,43 +684,58 @@ class Store:
         uid = meta.get("uid") or None
         if type(rv) is not str or (uid is not None and type(uid) is not str):
             raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
-        items = self._items
-        stored = items.get(key)
+        return self._apply(event_type, key, rv, uid, obj, None)
+
+    def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
+        """:meth:`apply` for an object already :meth:`prepare`-d."""
+        entry = prepared.entry
+        return self._apply(event_type, prepared.key, entry.rv, prepared.uid, prepared.obj, entry)
+
+    # Positional and flat on purpose: the reflector's per-event path (see the docstring).
+    def _apply(  # noqa: PLR0912, PLR0917
+        self,
+        event_type: EventType,
+        key: str,
+        rv: str,
+        uid: str | None,
+        obj: dict[str, Any] | None,
+        entry: _Entry | None,
+    ) -> StoreDelta | None:
+        """The one write path of :meth:`apply` and :meth:`apply_prepared`. ``entry`` is the
+        prepared encoding, or ``None`` to encode ``obj`` only once the event is known to be
+        stored (``obj`` is then required). The reflector calls this per event: the two
+        comparisons against the newest observed version are written out (see the comments)
+        rather than called, which is most of what a flattened copy of this path used to save.
+        """
+        stored = self._items.get(key)
         cur = None if stored is None else self._entry(stored)
         delta: StoreDelta | None = None
         if event_type in (MODIFIED, ADDED):
-            last_key = self._last_key
-            if (
-                cur is None
-                and last_key is not None
-                # _predates_observed, inlined: false at once for the in-order event of a create
-                and (len(rv) < last_key[0] or (len(rv) == last_key[0] and rv < last_key[1]))
-                and self._synced
-                and self._predates_observed(rv)
-            ):
-                pass  # a replay of an object the store has seen deleted (class docs)
-            elif cur is None:
-                # A new key (every event of a sync): _put's first branch, inlined.
-                entry = self._make_entry(obj, rv)
-                items[key] = self._compact(entry)
-                if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
-                    self._items_peak = len(items)
-                if self._ns_lazy is not None:
-                    namespace, slash, _ = key.partition("/")
-                    if slash:
-                        self._ns_lazy.add(namespace, key)
-                if entry.ivals is not self._no_ivals:
-                    for index, values in zip(self._indexes, entry.ivals, strict=True):
-                        for v in values:
-                            index.add(v, key)
-                delta = StoreDelta(ADDED, obj, raw=entry.raw, key=key)
+            if cur is None:
+                last_key = self._last_key
+                if (
+                    last_key is not None
+                    # _predates_observed, inlined: false at once for the in-order event of a
+                    # create (longer, or as long and greater, than the newest observed)
+                    and (len(rv) < last_key[0] or (len(rv) == last_key[0] and rv < last_key[1]))
+                    and self._synced
+                    and self._predates_observed(rv)
+                ):
+                    pass  # a replay of an object the store has seen deleted (class docs)
+                else:
+                    if entry is None:
+                        entry = self._make_entry(obj, rv)  # type: ignore[arg-type]
+                    delta = self._put(key, entry, obj, None, uid)
             elif is_newer(rv, cur.rv):  # stale or repeated events are not encoded at all
-                delta = self._put(key, self._make_entry(obj, rv), obj, cur, uid)
+                if entry is None:
+                    entry = self._make_entry(obj, rv)  # type: ignore[arg-type]
+                delta = self._put(key, entry, obj, cur, uid)
         elif event_type == DELETED:
             # A delete needs no encoding: nothing is stored.
             if cur is not None and (rv == cur.rv or is_newer(rv, cur.rv)):
                 self._remove(key, cur)
-                delta = StoreDelta(DELETED, obj, cur.raw, raw=cur.raw, key=key)
+                raw = cur.raw if entry is None else entry.raw
+                delta = StoreDelta(DELETED, obj, cur.raw, raw=raw, key=key)
         else:
             raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
         if rv:
@@ -632,35 +748,6 @@ class Store:
             else:
                 self._observe(rv)
         return delta
-
-    def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
-        """:meth:`apply` for an object already :meth:`prepare`-d."""
-        key, entry = prepared.key, prepared.entry
-        rv = entry.rv
-        cur = self._entry_at(key)
-        delta: StoreDelta | None = None
-        if event_type == DELETED:
-            delta = self._delete(key, rv, prepared.obj, entry.raw)
-        elif event_type in (ADDED, MODIFIED):
-            if cur is None:
-                if not (self._synced and self._predates_observed(rv)):  # else: a replay
-                    delta = self._put(key, entry, prepared.obj, None, prepared.uid)
-            elif is_newer(rv, cur.rv):
-                delta = self._put(key, entry, prepared.obj, cur, prepared.uid)
-        else:
-            raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
-        if rv:
-            self._observe(rv)
-        return delta
-
-    def _delete(
-        self, key: str, rv: str, obj: dict[str, Any] | None, raw: bytes | None
-    ) -> StoreDelta | None:
-        cur = self._entry_at(key)
-        if cur is None or not (rv == cur.rv or is_newer(rv, cur.rv)):
-            return None
-        self._remove(key, cur)
-        return StoreDelta(DELETED, obj, cur.raw, raw=raw if raw is not None else cur.raw, key=key)
 
     def replace(
         self, objs: Iterable[dict[str, Any]], resource_version: str
@@ -768,7 +855,7 @@ class Store:
                 ivals = self._no_ivals  # one shared instance: most objects file under nothing
         return _Entry(_encode(obj), rv, ivals)
 
-    def _put(
+    def _put(  # noqa: PLR0912 (the new-key branch is every event of a sync: kept flat)
         self,
         key: str,
         entry: _Entry,
@@ -780,15 +867,19 @@ class Store:
         ``uid`` shows that another object took over the key."""
         items = self._items
         items[key] = self._compact(entry)
-        if cur is None:
-            self._items_peak = max(self._items_peak, len(items))
+        if cur is None:  # a new key: every event of a sync takes this branch
+            if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
+                self._items_peak = len(items)
             if self._ns_lazy is not None:
                 namespace, slash, _ = key.partition("/")
                 if slash:
                     self._ns_lazy.add(namespace, key)
-            for index, values in zip(self._indexes, entry.ivals, strict=True):
-                for v in values:
-                    index.add(v, key)
+            if entry.ivals is not self._no_ivals:
+                for index, values in zip(self._indexes, entry.ivals, strict=True):
+                    for v in values:
+                        index.add(v, key)
+            if self._budget is not None:
+                self._budget.admit(self, key, len(entry.raw))
             return StoreDelta(ADDED, obj, raw=entry.raw, key=key)
         if cur.ivals is not entry.ivals and cur.ivals != entry.ivals:
             for index, old, new in zip(self._indexes, cur.ivals, entry.ivals, strict=True):
@@ -798,12 +889,16 @@ class Store:
                             index.discard(v, key)
                     for v in new:
                         index.add(v, key)
+        if self._budget is not None:
+            self._budget.admit(self, key, len(entry.raw))
         if uid is not None and _uid_changed(uid, cur.raw):
             return StoreDelta(ADDED, obj, cur.raw, raw=entry.raw, key=key)
         return StoreDelta(MODIFIED, obj, cur.raw, raw=entry.raw, key=key)
 
     def _remove(self, key: str, entry: _Entry) -> None:
         del self._items[key]
+        if self._budget is not None:
+            self._budget.forget(self, key)
         if shrunk(self._items, self._items_peak):
             self._items = dict(self._items)
             self._items_peak = len(self._items)

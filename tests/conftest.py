@@ -29,6 +29,7 @@ from controller_runtime.envtest.storage import ETCD, default_storage
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
 from kubeclient.transport import Transport
+from tests.support import ClusterParts, detect_cluster_parts
 
 TEST_FEATURE_GATES = {"ShardedListAndWatch": True}
 """Alpha gates the suite's control plane turns on (sharded list and watch, KEP-5866)."""
@@ -46,17 +47,37 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # The end-to-end tests need a real node (root, minutes of set-up): only `make e2e` runs them.
 collect_ignore = [] if os.environ.get("CRPY_E2E") else ["e2e"]
 
-# Tests that compact etcd through its own gRPC gateway, which kine does not have: on another
+# Tests that compact or read etcd through its own gRPC gateway, which kine does not have: on another
 # storage (CRPY_ENVTEST_STORAGE, `make test-storage`) they are deselected, and
 # tests/integration/storage/test_compaction.py covers the same relist on every backend.
 ETCD_GATEWAY_TESTS = (
     "tests/integration/test_informers.py::test_real_410_after_etcd_compaction_relists_and_converges",
     "tests/integration/test_informers.py::test_uid_change_behind_a_410_reaches_handlers_as_delete_then_add",
+    "tests/integration/postgres/test_api_upgrade.py::test_old_objects_survive_the_upgrade_read_in_both_versions_and_migrate",
 )
 
 
 def pytest_report_header() -> str:
     return f"control-plane storage: {default_storage()}"
+
+
+@pytest.fixture(scope="session")
+def cluster_parts(control_plane: ControlPlane) -> ClusterParts:
+    return detect_cluster_parts(control_plane)
+
+
+@pytest.fixture(autouse=True)
+def _skip_what_the_cluster_does_itself(request: pytest.FixtureRequest) -> None:
+    """A test marked ``plays("the job controller")`` writes what a cluster component would
+    write itself (a Job's status, a Pod's, a StatefulSet's), which only the local control
+    plane leaves to the test: on an existing cluster that runs a controller-manager or nodes
+    it is skipped, saying so."""
+    marker = request.node.get_closest_marker("plays")
+    if marker is None or not use_existing_cluster():
+        return
+    parts: ClusterParts = request.getfixturevalue("cluster_parts")
+    if parts.controller_manager or parts.nodes:
+        pytest.skip(f"plays {marker.args[0]}, which this cluster runs itself")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

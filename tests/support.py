@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -19,6 +20,33 @@ from kubeclient.errors import ConflictError, NotFoundError
 from kubeclient.transport import Transport
 
 Event = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ClusterParts:
+    """What the cluster under test runs besides its API server. The local control plane runs
+    neither; a cluster reached with ``USE_EXISTING_CLUSTER`` usually runs both."""
+
+    controller_manager: bool
+    """Its controllers answer: ``kube-system``'s ``default`` ServiceAccount (made by the
+    ServiceAccount controller) or the ``kube-controller-manager`` leader Lease exists."""
+    nodes: int
+    """Nodes registered (kubelets that run Pods)."""
+
+
+def detect_cluster_parts(plane: ControlPlane) -> ClusterParts:
+    """:class:`ClusterParts` of ``plane`` (asked only of an existing cluster)."""
+    if not plane.existing_cluster:
+        return ClusterParts(controller_manager=False, nodes=0)
+    found = [
+        plane.kubectl(*args, "-o", "name", check=False).strip()
+        for args in (
+            ("get", "serviceaccount", "default", "-n", "kube-system"),
+            ("get", "lease", "kube-controller-manager", "-n", "kube-system"),
+        )
+    ]
+    nodes = plane.kubectl("get", "nodes", "-o", "name", check=False).split()
+    return ClusterParts(controller_manager=any(found), nodes=len(nodes))
 
 
 async def watch_until(

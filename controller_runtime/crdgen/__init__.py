@@ -8,8 +8,10 @@
 Every :func:`~controller_runtime.resource.crd`-declared class found in the given modules
 (their attributes: a package's ``__init__`` re-exporting its classes counts) becomes part of
 one CRD per group and kind, with one ``versions`` entry per class (sorted by version, the
-storage version marked). Each CRD goes to ``<group>_<plural>.yaml``, starting with a comment
-that says it is generated and from which class.
+storage version marked) and the conversion webhook the classes declare
+(:class:`~controller_runtime.resource.WebhookConversion`; without one the API server only
+rewrites ``apiVersion`` between versions). Each CRD goes to ``<group>_<plural>.yaml``,
+starting with a comment that says it is generated and from which class.
 
 Guarantees: the same classes give byte-identical files (keys in a fixed order, no
 timestamps, no paths of the machine); ``--check`` writes nothing and exits 1, naming the
@@ -33,6 +35,7 @@ from controller_runtime.crdgen.schema import SchemaError, object_schema, type_sc
 from controller_runtime.resource import (
     Resource,
     ResourceInfo,
+    WebhookConversion,
     class_doc,
     is_resource_class,
     resource_info,
@@ -137,16 +140,20 @@ def crd_documents(classes: Iterable[type[Resource]]) -> list[tuple[str, dict[str
         versions = [_version(cls, info) for cls, info in zip(kind.classes, infos, strict=True)]
         if len(versions) == 1:
             versions[0]["storage"] = True
+        spec: dict[str, Any] = {
+            "group": kind.group,
+            "scope": storage.scope,
+            "names": names,
+            "versions": versions,
+        }
+        conversion = _conversion(kind, infos)
+        if conversion is not None:
+            spec["conversion"] = conversion
         document = {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
             "metadata": {"name": storage.crd_name},
-            "spec": {
-                "group": kind.group,
-                "scope": storage.scope,
-                "names": names,
-                "versions": versions,
-            },
+            "spec": spec,
         }
         sources = ", ".join(_where(c) for c in kind.classes)
         header = [f"{GENERATED_MARK} from {sources}: edit the classes, then regenerate."]
@@ -168,6 +175,37 @@ def _check_consistent(kind: _Kind, infos: Sequence[ResourceInfo]) -> None:
     for attribute in ("scope", "plural", "singular", "short_names", "categories"):
         if len({getattr(i, attribute) for i in infos}) != 1:
             raise CrdError(f"{kind.kind}: the versions disagree on {attribute} ({where})")
+
+
+def _conversion(kind: _Kind, infos: Sequence[ResourceInfo]) -> dict[str, Any] | None:
+    """``spec.conversion`` of a kind: the webhook its versions declare (the same on each
+    that declares one), or ``None`` for the API server's default (``strategy: None``)."""
+    declared: list[WebhookConversion] = []
+    for info in infos:
+        if info.conversion is not None and info.conversion not in declared:
+            declared.append(info.conversion)
+    if not declared:
+        return None
+    if len(declared) > 1:
+        where = ", ".join(_where(c) for c in kind.classes)
+        raise CrdError(f"{kind.kind}: the versions declare different conversion webhooks ({where})")
+    (webhook,) = declared
+    if not webhook.path.startswith("/"):
+        raise CrdError(f"{kind.kind}: the conversion webhook's path must start with /")
+    service: dict[str, Any] = {
+        "name": webhook.service_name,
+        "namespace": webhook.service_namespace,
+        "path": webhook.path,
+    }
+    if webhook.port != 443:
+        service["port"] = webhook.port
+    return {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": list(webhook.review_versions),
+            "clientConfig": {"service": service},
+        },
+    }
 
 
 def _version(cls: type[Resource], info: ResourceInfo) -> dict[str, Any]:

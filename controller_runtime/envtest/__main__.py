@@ -4,21 +4,28 @@
     python -m controller_runtime.envtest run     # start, install CRDs, print how to reach it
     python -m controller_runtime.envtest build --node   # also the node's binaries
     python -m controller_runtime.envtest run --node     # a one-node cluster that runs Pods
+    python -m controller_runtime.envtest run --node -- pytest   # run a command against it
     python -m controller_runtime.envtest run --storage kine-postgres   # kine on PostgreSQL
     python -m controller_runtime.envtest run --storage-override /events=kine-sqlite
     python -m controller_runtime.envtest build --kine   # also kine (etcd API over SQL)
 
 ``run`` keeps the control plane up until interrupted (Ctrl-C or SIGTERM) and then tears it
-down, leaving no process or temporary directory behind.
+down, leaving no process or temporary directory behind. ``run --node -- COMMAND ...`` runs
+the command once the cluster is ready instead (with ``KUBECONFIG`` naming the cluster's admin
+kubeconfig and the cached kubectl first on ``PATH``), then tears the cluster down and exits
+with the command's status.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from controller_runtime.envtest.binaries import (
@@ -76,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
         "--s3",
         action="store_true",
         help="with --node: also an S3 server (SeaweedFS) that Pods reach by a Service",
+    )
+    run.add_argument(
+        "command_line",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="with --node: run COMMAND against the cluster (KUBECONFIG set), then stop it",
     )
     run.add_argument(
         "--feature-gate",
@@ -165,8 +178,28 @@ def print_storage(plane: ControlPlane) -> None:
         print(f"storage:     {backend} at {process.url} ({what}{extra})", flush=True)
 
 
-def run_node(crds: Path, *, s3: bool = False) -> int:
-    """Start a one-node cluster, print how to reach it, wait for a signal, tear it down."""
+def command_env(
+    kubeconfig: Path, kubectl: Path | None, environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """The environment of ``run --node -- COMMAND``: ``environ`` with ``KUBECONFIG`` set to
+    ``kubeconfig`` and ``kubectl``'s directory (when known) first on ``PATH``."""
+    env = dict(environ, KUBECONFIG=str(kubeconfig))
+    first = str(kubectl.parent) if kubectl is not None else ""
+    env["PATH"] = os.pathsep.join(p for p in (first, env.get("PATH", "")) if p)
+    return env
+
+
+def _stop_on_sigterm() -> None:
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def run_node(crds: Path, *, s3: bool = False, command: Sequence[str] = ()) -> int:
+    """Start a one-node cluster, print how to reach it, wait for a signal (or run
+    ``command`` against it), tear it down. Returns the command's exit status (0 without
+    one)."""
     try:
         preflight()
     except NodeUnavailableError as err:
@@ -182,6 +215,15 @@ def run_node(crds: Path, *, s3: bool = False) -> int:
             print(f"S3 endpoint: {endpoint.url} (from Pods: {endpoint.cluster_url})")
             print(f"S3 bucket:   {endpoint.bucket}")
             print(f"S3 keys:     {endpoint.credentials_file} (AWS_ACCESS_KEY_ID=...)")
+        if command:
+            _stop_on_sigterm()
+            kubectl = (cluster.plane.binaries or find_binaries()).kubectl
+            print(f"running: {' '.join(command)}", flush=True)
+            status = subprocess.run(
+                list(command), env=command_env(cluster.plane.kubeconfig, kubectl), check=False
+            ).returncode
+            print(f"exit status {status}; stopping ...", flush=True)
+            return status
         print("Ctrl-C stops it and removes everything it made.", flush=True)
         wait_for_signal()
         print("stopping ...", flush=True)
@@ -207,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
                 node = find_node_binaries()
                 print(f"node binaries ready: {', '.join(sorted(node.paths))}")
             return 0
+        command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+        if command and not args.node:
+            parser.error("a command to run (after --) needs --node")
         if args.node:
-            return run_node(args.crds, s3=args.s3)
+            return run_node(args.crds, s3=args.s3, command=command)
         started = time.monotonic()
         gates = dict(args.feature_gates)
         plane = ControlPlane(

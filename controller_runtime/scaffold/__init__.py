@@ -343,6 +343,8 @@ def create_webhook(
             "nothing was written. Validate with CEL rules (Rule markers) and default with "
             "field defaults meanwhile: both run in the API server, without a webhook"
         )
-    raise ScaffoldError(  # pragma: no cover (wired when the webhook server exists)
-        "the webhook scaffolding for controller_runtime.webhook is not written yet"
+    raise ScaffoldError(
+        "create webhook does not write webhook stubs yet, so nothing was written: register "
+        "the handlers with controller_runtime.webhook.WebhookBuilder by hand (docs/"
+        "controllers.md, section Webhooks, has a complete example)"
     )

@@ -13,9 +13,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-GROUP = "postgres.crpy.io"
-VERSION = "v1alpha1"
+from controllers.api.postgres.group import GROUP, VERSION
+
 API_VERSION = f"{GROUP}/{VERSION}"
+"""The version the controllers read and write: the storage version (objects of the previous
+one, v1alpha1, reach them converted)."""
 
 INSTANCE = "PostgresInstance"
 USER = "PostgresUser"

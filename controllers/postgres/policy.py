@@ -9,7 +9,8 @@ that release and wins over ``"15"``. Rules (:func:`evaluate`):
   runs it keeps running it (the status says it is disabled), but a new instance, or a change
   to it, is refused.
 - A change of the major version is refused unless ``spec.allowMajorVersionUpgrade`` is true;
-  a minor change within a major rolls in place.
+  a minor change within a major rolls in place. A major downgrade is always refused (an older
+  major cannot read the data).
 """
 
 from __future__ import annotations
@@ -153,6 +154,12 @@ def evaluate(  # noqa: PLR0911
         listed = lookup(policy, desired) is not None
         why = "is disabled by" if listed else "is not enabled in"
         return keep("VersionDisabled", f"version {desired} {why} the version policy")
+    if running is not None and desired.major < running.major:
+        return keep(
+            "MajorDowngradeRefused",
+            f"changing the major version from {running.major} down to {desired.major} is "
+            f"refused: PostgreSQL {desired.major} cannot read the data of {running.major}",
+        )
     if running is not None and desired.major != running.major and not allow_major_upgrade:
         return keep(
             "MajorUpgradeRefused",

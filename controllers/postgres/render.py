@@ -102,6 +102,10 @@ class Names:
         return self.name
 
 
+DEFAULT_STORAGE_SIZE = "1Gi"
+"""The volume size of each pod when ``spec.storage.size`` is not set (the CRD's default)."""
+
+
 def endpoint(instance: Mapping[str, Any]) -> dict[str, Any]:
     """Where applications connect: the primary Service's DNS name, or the external server."""
     spec = instance.get("spec") or {}
@@ -121,8 +125,7 @@ def quote_conf(value: str) -> str:
 
 def postgresql_conf(spec: Mapping[str, Any]) -> str:
     """The server configuration: the operator's settings, then ``spec.parameters``."""
-    replicas = int(spec.get("replicas", 1))
-    mode = (spec.get("replication") or {}).get("mode", "async")
+    standbys_names = synchronous_standby_names(spec)
     lines = [
         "# Rendered by the postgres operator; edit spec.parameters instead.",
         "listen_addresses = '*'",
@@ -133,11 +136,8 @@ def postgresql_conf(spec: Mapping[str, Any]) -> str:
         "wal_keep_size = '1GB'",
         "hot_standby = on",
     ]
-    if mode == "sync" and replicas > 1:
-        # A commit waits for exactly one standby, the synchronous one (pg_stat_replication's
-        # sync_state 'sync'); the others are 'potential' and one of them takes over at once
-        # when it goes, so the loss of one pod does not block commits.
-        lines.append("synchronous_standby_names = 'FIRST 1 (*)'")
+    if standbys_names:
+        lines.append(f"synchronous_standby_names = '{standbys_names}'")
     if (spec.get("tls") or {}).get("secretName"):
         lines += [
             "ssl = on",
@@ -152,6 +152,26 @@ def postgresql_conf(spec: Mapping[str, Any]) -> str:
             raise RenderError(f"parameter {name!r} is set by the operator and cannot be changed")
         lines.append(f"{name} = {quote_conf(str(parameters[name]))}")
     return "\n".join(lines) + "\n"
+
+
+def synchronous_standby_names(spec: Mapping[str, Any]) -> str:
+    """``synchronous_standby_names`` for ``spec.replication.synchronous``, or ``""`` (commits
+    do not wait) when it is unset or the instance has no standby.
+
+    ``First`` gives ``FIRST n (*)``: a commit waits for the first ``n`` standbys to connect
+    (pg_stat_replication's sync_state ``sync``); the others are ``potential`` and one takes
+    over at once when a synchronous one goes, so the loss of one pod does not block commits
+    while another standby is up. ``Any`` gives ``ANY n (*)``, a quorum commit (sync_state
+    ``quorum``). ``n`` is capped at the standbys there are (replicas - 1): a number above
+    would block every commit.
+    """
+    synchronous = (spec.get("replication") or {}).get("synchronous")
+    standbys = int(spec.get("replicas", 1)) - 1
+    if not isinstance(synchronous, Mapping) or standbys < 1:
+        return ""
+    number = max(1, min(int(synchronous.get("number", 1)), standbys))
+    method = "ANY" if synchronous.get("method") == "Any" else "FIRST"
+    return f"{method} {number} (*)"
 
 
 def pg_hba_conf(spec: Mapping[str, Any]) -> str:
@@ -312,7 +332,7 @@ def volume_claim_templates(instance: Mapping[str, Any]) -> list[Obj]:
     storage = (instance.get("spec") or {}).get("storage") or {}
     spec: Obj = {
         "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": storage.get("size", "1Gi")}},
+        "resources": {"requests": {"storage": storage.get("size", DEFAULT_STORAGE_SIZE)}},
     }
     if storage.get("storageClassName"):
         spec["storageClassName"] = storage["storageClassName"]

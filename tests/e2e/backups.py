@@ -9,10 +9,12 @@ from typing import Any
 from controller_runtime.envtest.node.cluster import LocalCluster
 from controller_runtime.envtest.node.images import AWS_CLI_IMAGE
 from controller_runtime.envtest.node.s3 import S3Endpoint
+from tests.e2e.connect import connecting, retry_connection
+from tests.e2e.pods import secret_env, succeeded
 from tests.e2e.support import diagnostics, get_json, wait_for
 
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -106,7 +108,7 @@ def create_instance(
     apply(
         cluster,
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "PostgresInstance",
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,
@@ -121,73 +123,19 @@ def create_instance(
 
 
 def psql(cluster: LocalCluster, namespace: str, instance: str, pod: str, sql: str) -> str:
-    """Run ``sql`` as the superuser against ``<instance>-primary`` in a one-shot Pod; return
-    its output (fails with diagnostics when the Pod fails)."""
-    return run_pod(
+    """Run ``sql`` as the superuser against ``<instance>-primary`` in a one-shot Pod
+    (connection failures retried, tests/e2e/connect.py); return its output (fails with
+    diagnostics when the Pod fails)."""
+    return succeeded(
         cluster,
         namespace,
         pod,
-        image="postgres:15",
-        command=[
+        connecting(
             *("psql", "-v", "ON_ERROR_STOP=1", "-h", f"{instance}-primary", "-U", "postgres"),
             *("-d", "postgres", "-tAc", sql),
-        ],
-        env=[
-            {
-                "name": "PGPASSWORD",
-                "valueFrom": {"secretKeyRef": {"name": f"{instance}-superuser", "key": "password"}},
-            }
-        ],
+        ),
+        env=[secret_env("PGPASSWORD", f"{instance}-superuser", "password")],
     )
-
-
-def run_pod(
-    cluster: LocalCluster,
-    namespace: str,
-    name: str,
-    *,
-    image: str,
-    command: list[str],
-    env: list[dict[str, Any]],
-    timeout: float = 120,
-) -> str:
-    apply(
-        cluster,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": image,
-                        "imagePullPolicy": "Never",
-                        "command": command,
-                        "env": env,
-                    }
-                ],
-            },
-        },
-    )
-
-    def phase() -> str:
-        return cluster.kubectl(
-            "get", "pod", name, "-n", namespace, "-o", "jsonpath={.status.phase}", check=False
-        )
-
-    wait_for(
-        lambda: phase() in ("Succeeded", "Failed"),
-        f"pod {namespace}/{name} finishing",
-        timeout,
-        lambda: diagnostics(cluster, namespace, f"pod {name}"),
-    )
-    log = cluster.kubectl("logs", "-n", namespace, name, check=False)
-    assert phase() == "Succeeded", (
-        f"pod {namespace}/{name} failed: {log}\n{diagnostics(cluster, namespace, f'pod {name}')}"
-    )
-    return log
 
 
 def get_backup(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
@@ -200,9 +148,13 @@ def backup_phase(cluster: LocalCluster, namespace: str, name: str) -> str:
 
 
 def bucket_keys(cluster: LocalCluster, prefix: str) -> dict[str, int]:
-    """The objects under ``prefix`` in the cluster's bucket, listed through the S3 API."""
+    """The objects under ``prefix`` in the cluster's bucket, listed through the S3 API
+    (connection failures retried, tests/e2e/connect.py)."""
     endpoint = s3_endpoint(cluster)
-    return endpoint.client().list_objects(endpoint.bucket, prefix)
+    return retry_connection(
+        lambda: endpoint.client().list_objects(endpoint.bucket, prefix),
+        f"listing s3://{endpoint.bucket}/{prefix} at {endpoint.url}",
+    )
 
 
 def key_of(location: str, bucket: str) -> str:

@@ -29,6 +29,7 @@ from controller_runtime.envtest.node.images import (
     operator_tag,
     postgres_image,
 )
+from tests.e2e import kubeproxy
 from tests.e2e.failures import failure_section, namespaces_used
 from tests.e2e.operator import install
 from tests.e2e.support import (
@@ -86,6 +87,7 @@ def cluster(images: Images) -> Iterator[LocalCluster]:
     try:
         yield node
         TIMINGS.update({f"memory_mib_{k}": v for k, v in node.memory_mib().items()})
+        TIMINGS.update(kubeproxy.summary(kubeproxy.read_metrics()))
     finally:
         node.stop()
         print(f"\ne2e timings and memory: {TIMINGS}")

@@ -1,6 +1,7 @@
 """A PostgresInstance on a real node: the in-cluster operator renders it, the StatefulSet's
 Pod runs the PostgreSQL 15 image on a PersistentVolume, the instance turns Ready and a client
-Pod connects through the primary Service."""
+Pod connects through the primary Service (retrying while the Service's rules and name catch
+up, as an application would: tests/e2e/connect.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import time
 
 from controller_runtime.envtest.node.cluster import LocalCluster
 from tests.e2e.backups import instance_ready
+from tests.e2e.connect import connecting
+from tests.e2e.pods import secret_env, succeeded
 from tests.e2e.support import TIMINGS, diagnostics, new_namespace, wait_for
 
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -25,7 +28,7 @@ def test_one_replica_turns_ready_and_accepts_connections(
     namespace = new_namespace(cluster, "pg")
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POLICY))
     instance = {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "PostgresInstance",
         "metadata": {"name": "db", "namespace": namespace},
         "spec": {"version": "15", "replicas": 1, "storage": {"size": "1Gi"}},
@@ -40,61 +43,15 @@ def test_one_replica_turns_ready_and_accepts_connections(
     )
     TIMINGS["postgres_1_replica_apply_to_ready"] = time.monotonic() - started
 
-    client = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "client", "namespace": namespace},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "psql",
-                    "image": "postgres:15",
-                    "imagePullPolicy": "Never",
-                    "command": [
-                        "psql",
-                        "-h",
-                        "db-primary",
-                        "-U",
-                        "postgres",
-                        "-d",
-                        "postgres",
-                        "-tAc",
-                        "SELECT 'answer:' || (6 * 7)",
-                    ],
-                    "env": [
-                        {
-                            "name": "PGPASSWORD",
-                            "valueFrom": {
-                                "secretKeyRef": {"name": "db-superuser", "key": "password"}
-                            },
-                        }
-                    ],
-                }
-            ],
-        },
-    }
-    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(client))
-
-    def finished() -> bool:
-        phase = cluster.kubectl(
-            "get",
-            "pod",
-            "client",
-            "-n",
-            namespace,
-            "-o",
-            "jsonpath={.status.phase}",
-            check=False,
-        )
-        return phase in ("Succeeded", "Failed")
-
-    wait_for(
-        finished,
-        f"pod {namespace}/client finishing",
-        120,
-        lambda: diagnostics(cluster, namespace, "pod client"),
+    log = succeeded(
+        cluster,
+        namespace,
+        "client",
+        connecting(
+            *("psql", "-h", "db-primary", "-U", "postgres", "-d", "postgres"),
+            *("-tAc", "SELECT 'answer:' || (6 * 7)"),
+        ),
+        env=[secret_env("PGPASSWORD", "db-superuser", "password")],
     )
-    log = cluster.kubectl("logs", "-n", namespace, "client")
     assert "answer:42" in log, f"{log}\n{diagnostics(cluster, namespace, 'postgresinstance db')}"
     cluster.kubectl("delete", "postgresinstance", "db", "-n", namespace, timeout=180)

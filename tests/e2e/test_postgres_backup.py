@@ -65,7 +65,7 @@ def take_backup(
     apply(
         cluster,
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "Backup",
             "metadata": {"name": name, "namespace": ns},
             "spec": backup_spec(cluster, filled.instance),
@@ -168,7 +168,7 @@ def test_plan_creates_backups_and_retention_prunes_them_from_the_bucket(
         apply(
             cluster,
             {
-                "apiVersion": "postgres.crpy.io/v1alpha1",
+                "apiVersion": "postgres.crpy.io/v1beta1",
                 "kind": "BackupPlan",
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {
@@ -252,7 +252,7 @@ def test_wrong_credentials_fail_the_backup_clearly(cluster: LocalCluster, filled
     apply(
         cluster,
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "Backup",
             "metadata": {"name": "refused", "namespace": ns},
             "spec": backup_spec(cluster, filled.instance, "wrong-credentials"),
@@ -287,7 +287,7 @@ def test_instance_deleted_while_its_backup_runs(cluster: LocalCluster, operator:
     apply(
         cluster,
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "Backup",
             "metadata": {"name": "orphan", "namespace": ns},
             "spec": backup_spec(cluster, "doomed"),
@@ -346,7 +346,7 @@ def test_instance_deleted_while_its_backup_runs(cluster: LocalCluster, operator:
     apply(
         cluster,
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "Backup",
             "metadata": {"name": "after", "namespace": ns},
             "spec": backup_spec(cluster, "doomed"),

@@ -17,7 +17,7 @@ from tests.e2e.support import TIMINGS, diagnostics, get_json, new_namespace, wai
 
 MISSING_IMAGE = "crpy-e2e/not-loaded:15.99"
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {
@@ -30,7 +30,7 @@ POLICY = {
 def _instance(namespace: str, name: str, version: str) -> str:
     return json.dumps(
         {
-            "apiVersion": "postgres.crpy.io/v1alpha1",
+            "apiVersion": "postgres.crpy.io/v1beta1",
             "kind": "PostgresInstance",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {

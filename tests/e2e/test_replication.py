@@ -1,5 +1,5 @@
 """Replication of an in-cluster PostgresInstance on a real node: scaling 1 → 3 gives two
-standbys streaming from pod 0 (one of them synchronous in ``mode: sync``) that serve a row
+standbys streaming from pod 0 (one synchronous: ``synchronous: {number: 1}``) that serve a row
 written on the primary; scaling 3 → 1 leaves a Ready one-pod instance with its data; a
 parameter change rolls every Pod and the new value is live on each.
 
@@ -21,7 +21,7 @@ from tests.e2e.support import TIMINGS, diagnostics, get_json, new_namespace, wai
 
 NAME = "db"
 POLICY = {
-    "apiVersion": "postgres.crpy.io/v1alpha1",
+    "apiVersion": "postgres.crpy.io/v1beta1",
     "kind": "PostgresVersionPolicy",
     "metadata": {"name": "default"},
     "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
@@ -44,7 +44,7 @@ def namespace(cluster: LocalCluster, operator: str) -> Iterator[str]:
 
 def _apply_instance(cluster: LocalCluster, namespace: str, **spec: Any) -> None:
     instance = {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "PostgresInstance",
         "metadata": {"name": NAME, "namespace": namespace},
         "spec": {"version": "15", "storage": {"size": "1Gi"}, "deletionPolicy": "Delete", **spec},
@@ -153,7 +153,7 @@ def _wait_row(cluster: LocalCluster, namespace: str, ordinal: int, marker: str) 
 def test_scale_to_three_gives_two_streaming_standbys_one_synchronous(
     cluster: LocalCluster, namespace: str
 ) -> None:
-    _apply_instance(cluster, namespace, replicas=1, replication={"mode": "sync"})
+    _apply_instance(cluster, namespace, replicas=1, replication={"synchronous": {"number": 1}})
     _wait_ready(cluster, namespace, 1)
     marker = _write_marker(cluster, namespace)
 
@@ -176,7 +176,7 @@ def test_scale_to_three_gives_two_streaming_standbys_one_synchronous(
     )
     TIMINGS["postgres_scale_1_to_3_to_streaming"] = time.monotonic() - started
 
-    # mode: sync waits for exactly one standby; the other one is its stand-in.
+    # synchronous number 1 waits for exactly one standby; the other one is its stand-in.
     rows = _replication_rows(cluster, namespace)
     assert sorted(sync for _, sync in rows) == ["potential", "sync"], (
         f"postgresinstance {namespace}/{NAME}: pg_stat_replication (state, sync_state) = "
@@ -197,7 +197,7 @@ def test_scale_to_three_gives_two_streaming_standbys_one_synchronous(
 
 def test_scale_back_to_one_keeps_the_data(cluster: LocalCluster, namespace: str) -> None:
     started = time.monotonic()
-    _apply_instance(cluster, namespace, replicas=3, replication={"mode": "sync"})
+    _apply_instance(cluster, namespace, replicas=3, replication={"synchronous": {"number": 1}})
     _wait_ready(cluster, namespace, 3)
     TIMINGS["postgres_3_replicas_apply_to_ready"] = time.monotonic() - started
     marker = _write_marker(cluster, namespace)

@@ -153,7 +153,10 @@ class LocalCluster:
         self._kernel = cleanup.record_kernel_settings()
         self._write_state()
         network.set_up(addr)
-        self.plane = ControlPlane(crd_directory=self.crd_directory, node_address=addr.host)
+        # Never USE_EXISTING_CLUSTER's cluster: this is the cluster such a run may be aimed at.
+        self.plane = ControlPlane(
+            crd_directory=self.crd_directory, node_address=addr.host, existing_cluster=False
+        )
         self.plane.start()
         self.kubeconfig = self.plane.kubeconfig
         pki = self.plane.workdir / "pki"

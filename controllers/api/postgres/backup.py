@@ -1,4 +1,5 @@
-"""The Backup API (``postgres.crpy.io/v1alpha1``): the classes its CRD is generated from.
+"""The Backup API (``postgres.crpy.io/v1beta1``, and v1alpha1 with the same schema): the
+classes its CRD is generated from.
 
 Backup: one pg_dump or pg_basebackup of an instance to S3-compatible storage, run as a Job. See
 docs/postgres.md.
@@ -6,6 +7,7 @@ docs/postgres.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from controller_runtime.resource import (
@@ -23,7 +25,7 @@ from controller_runtime.resource import (
     crd,
     field,
 )
-from controllers.api.postgres.group import GROUP, VERSION
+from controllers.api.postgres.group import GROUP, V1ALPHA1, VERSION
 
 
 class BackupSpecInstanceRef(Schema):
@@ -96,23 +98,38 @@ class BackupStatus(Schema):
     """The metadata.generation the status describes."""
 
 
-@crd(
-    group=GROUP,
-    header=(
-        "Backup: one pg_dump or pg_basebackup of an instance to S3-compatible storage, run as a"
-        " Job.\nSee docs/postgres.md."
-    ),
-    version=VERSION,
-    short_names=("pgbk",),
-    categories=("postgres",),
-    printer_columns=(
-        PrinterColumn("Instance", ".spec.instanceRef.name"),
-        PrinterColumn("Method", ".spec.method"),
-        PrinterColumn("Phase", ".status.phase"),
-        PrinterColumn("Completed", ".status.completionTime", "date"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)
+def _declare(version: str, *, storage: bool) -> Callable[[type[Resource]], type[Resource]]:
+    """The CRD options of Backup, the same in every version."""
+    return crd(
+        group=GROUP,
+        kind="Backup",
+        header=(
+            "Backup: one pg_dump or pg_basebackup of an instance to S3-compatible storage, run as a"
+            " Job.\nSee docs/postgres.md."
+        ),
+        version=version,
+        storage=storage,
+        short_names=("pgbk",),
+        categories=("postgres",),
+        printer_columns=(
+            PrinterColumn("Instance", ".spec.instanceRef.name"),
+            PrinterColumn("Method", ".spec.method"),
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Completed", ".status.completionTime", "date"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+
+@_declare(VERSION, storage=True)
 class Backup(Resource):
+    spec: BackupSpec
+    status: BackupStatus = field(default_factory=BackupStatus)
+
+
+@_declare(V1ALPHA1, storage=False)
+class BackupV1alpha1(Resource):
+    # The previous version, still served: the same schema, so the API server converts
+    # between the two by rewriting apiVersion (no webhook).
     spec: BackupSpec
     status: BackupStatus = field(default_factory=BackupStatus)

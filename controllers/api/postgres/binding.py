@@ -1,4 +1,5 @@
-"""The ServiceBinding API (``postgres.crpy.io/v1alpha1``): the classes its CRD is generated from.
+"""The ServiceBinding API (``postgres.crpy.io/v1beta1``, and v1alpha1 with the same schema): the
+classes its CRD is generated from.
 
 ServiceBinding: binds an application to a PostgresInstance: its own role (a PostgresUser) and a
 Secret with the credentials. See docs/postgres.md.
@@ -6,6 +7,7 @@ Secret with the credentials. See docs/postgres.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from controller_runtime.resource import (
@@ -22,7 +24,7 @@ from controller_runtime.resource import (
     crd,
     field,
 )
-from controllers.api.postgres.group import GROUP, VERSION
+from controllers.api.postgres.group import GROUP, V1ALPHA1, VERSION
 
 
 class ServiceBindingSpecInstanceRef(Schema):
@@ -97,22 +99,37 @@ class ServiceBindingStatus(Schema):
     """The metadata.generation the status describes."""
 
 
-@crd(
-    group=GROUP,
-    header=(
-        "ServiceBinding: binds an application to a PostgresInstance: its own role (a PostgresUser)"
-        " and a\nSecret with the credentials. See docs/postgres.md."
-    ),
-    version=VERSION,
-    short_names=("pgsb",),
-    categories=("postgres",),
-    printer_columns=(
-        PrinterColumn("Instance", ".spec.instanceRef.name"),
-        PrinterColumn("Secret", ".status.binding.name"),
-        PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)
+def _declare(version: str, *, storage: bool) -> Callable[[type[Resource]], type[Resource]]:
+    """The CRD options of ServiceBinding, the same in every version."""
+    return crd(
+        group=GROUP,
+        kind="ServiceBinding",
+        header=(
+            "ServiceBinding: binds an application to a PostgresInstance: its own role (a"
+            " PostgresUser) and a\nSecret with the credentials. See docs/postgres.md."
+        ),
+        version=version,
+        storage=storage,
+        short_names=("pgsb",),
+        categories=("postgres",),
+        printer_columns=(
+            PrinterColumn("Instance", ".spec.instanceRef.name"),
+            PrinterColumn("Secret", ".status.binding.name"),
+            PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+
+@_declare(VERSION, storage=True)
 class ServiceBinding(Resource):
+    spec: ServiceBindingSpec
+    status: ServiceBindingStatus = field(default_factory=ServiceBindingStatus)
+
+
+@_declare(V1ALPHA1, storage=False)
+class ServiceBindingV1alpha1(Resource):
+    # The previous version, still served: the same schema, so the API server converts
+    # between the two by rewriting apiVersion (no webhook).
     spec: ServiceBindingSpec
     status: ServiceBindingStatus = field(default_factory=ServiceBindingStatus)

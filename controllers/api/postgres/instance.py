@@ -1,4 +1,6 @@
-"""The PostgresInstance API (``postgres.crpy.io/v1alpha1``): the classes its CRD is generated from.
+"""The PostgresInstance API (``postgres.crpy.io/v1beta1``, the storage version and the conversion
+hub): the classes its CRD is generated from. ``instance_v1alpha1`` has the previous version,
+``conversion`` converts between them.
 
 PostgresInstance: a PostgreSQL server the operator runs (a StatefulSet and its Services), or an
 existing one it connects to (spec.external). See docs/postgres.md.
@@ -26,14 +28,25 @@ from controller_runtime.resource import (
     crd,
     field,
 )
-from controllers.api.postgres.group import GROUP, VERSION
+from controllers.api.postgres.group import CONVERSION, GROUP, VERSION
+
+
+class PostgresInstanceSpecReplicationSynchronous(Schema):
+    """Synchronous replication: a commit returns once enough standbys have it."""
+
+    number: Annotated[int, Minimum(1), Maximum(8)] = 1
+    """Standbys each commit waits for (default 1); at most replicas - 1 count."""
+    method: Annotated[str, Enum("First", "Any")] = "First"
+    """First (default): the first standbys by pod number are synchronous, the others take over
+    when one goes; Any: any standbys of the number (a quorum commit)."""
 
 
 class PostgresInstanceSpecReplication(Schema):
-    """How standbys (replicas > 1) follow the primary."""
+    """How standbys (replicas > 1) follow the primary: asynchronously, unless synchronous is
+    set."""
 
-    mode: Annotated[str, Enum("async", "sync")] = "async"
-    """sync waits for one standby at each commit (needs replicas > 1)."""
+    synchronous: PostgresInstanceSpecReplicationSynchronous | None = None
+    """Make commits wait for standbys (off at 1 replica, which has none)."""
 
 
 class PostgresInstanceSpecStorage(Schema):
@@ -175,11 +188,13 @@ class PostgresInstanceStatus(Schema):
 
 @crd(
     group=GROUP,
+    kind="PostgresInstance",
     header=(
         "PostgresInstance: a PostgreSQL server the operator runs (a StatefulSet and its Services),"
         " or an\nexisting one it connects to (spec.external). See docs/postgres.md."
     ),
     version=VERSION,
+    conversion=CONVERSION,
     short_names=("pgi",),
     categories=("postgres",),
     printer_columns=(

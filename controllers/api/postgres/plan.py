@@ -1,4 +1,5 @@
-"""The BackupPlan API (``postgres.crpy.io/v1alpha1``): the classes its CRD is generated from.
+"""The BackupPlan API (``postgres.crpy.io/v1beta1``, and v1alpha1 with the same schema): the
+classes its CRD is generated from.
 
 BackupPlan: creates Backups on a cron schedule and prunes them by retention. See
 docs/postgres.md.
@@ -6,6 +7,7 @@ docs/postgres.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from controller_runtime.resource import (
@@ -24,7 +26,7 @@ from controller_runtime.resource import (
     crd,
     field,
 )
-from controllers.api.postgres.group import GROUP, VERSION
+from controllers.api.postgres.group import GROUP, V1ALPHA1, VERSION
 
 
 class BackupPlanSpecRetention(Schema):
@@ -116,22 +118,37 @@ class BackupPlanStatus(Schema):
     """The metadata.generation the status describes."""
 
 
-@crd(
-    group=GROUP,
-    header=(
-        "BackupPlan: creates Backups on a cron schedule and prunes them by retention. See\n"
-        "docs/postgres.md."
-    ),
-    version=VERSION,
-    short_names=("pgbp",),
-    categories=("postgres",),
-    printer_columns=(
-        PrinterColumn("Schedule", ".spec.schedule"),
-        PrinterColumn("Suspend", ".spec.suspend", "boolean"),
-        PrinterColumn("Last", ".status.lastScheduleTime", "date"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)
+def _declare(version: str, *, storage: bool) -> Callable[[type[Resource]], type[Resource]]:
+    """The CRD options of BackupPlan, the same in every version."""
+    return crd(
+        group=GROUP,
+        kind="BackupPlan",
+        header=(
+            "BackupPlan: creates Backups on a cron schedule and prunes them by retention. See\n"
+            "docs/postgres.md."
+        ),
+        version=version,
+        storage=storage,
+        short_names=("pgbp",),
+        categories=("postgres",),
+        printer_columns=(
+            PrinterColumn("Schedule", ".spec.schedule"),
+            PrinterColumn("Suspend", ".spec.suspend", "boolean"),
+            PrinterColumn("Last", ".status.lastScheduleTime", "date"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+
+@_declare(VERSION, storage=True)
 class BackupPlan(Resource):
+    spec: BackupPlanSpec
+    status: BackupPlanStatus = field(default_factory=BackupPlanStatus)
+
+
+@_declare(V1ALPHA1, storage=False)
+class BackupPlanV1alpha1(Resource):
+    # The previous version, still served: the same schema, so the API server converts
+    # between the two by rewriting apiVersion (no webhook).
     spec: BackupPlanSpec
     status: BackupPlanStatus = field(default_factory=BackupPlanStatus)

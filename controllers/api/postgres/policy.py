@@ -1,5 +1,5 @@
-"""The PostgresVersionPolicy API (``postgres.crpy.io/v1alpha1``): the classes its CRD is generated
-from.
+"""The PostgresVersionPolicy API (``postgres.crpy.io/v1beta1``, and v1alpha1 with the same
+schema): the classes its CRD is generated from.
 
 PostgresVersionPolicy: the versions instances may choose. A singleton named "default", edited by
 an administrator. See docs/postgres.md.
@@ -7,6 +7,7 @@ an administrator. See docs/postgres.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from controller_runtime.resource import (
@@ -20,7 +21,7 @@ from controller_runtime.resource import (
     crd,
     field,
 )
-from controllers.api.postgres.group import GROUP, VERSION
+from controllers.api.postgres.group import GROUP, V1ALPHA1, VERSION
 
 
 class PostgresVersionPolicySpecVersionsItem(Schema):
@@ -36,6 +37,9 @@ class PostgresVersionPolicySpec(Schema):
     """Which PostgreSQL versions instances may choose, and their images. Rule: the policy is a
     singleton named default."""
 
+    default_version: Annotated[str, Pattern("^[0-9]{1,3}(\\.[0-9]{1,3})?$")] | None = None
+    """The version an in-cluster PostgresInstance without spec.version gets (set by the
+    operator's defaulting webhook; it must be enabled here)."""
     default_image: str | None = None
     """Image of a version without its own; "{version}" is replaced (default postgres:{version})."""
     versions: Annotated[
@@ -47,22 +51,44 @@ class PostgresVersionPolicySpec(Schema):
     over "15"."""
 
 
-@crd(
-    group=GROUP,
-    header=(
-        'PostgresVersionPolicy: the versions instances may choose. A singleton named "default",'
-        " edited by\nan administrator. See docs/postgres.md."
-    ),
-    version=VERSION,
-    scope="Cluster",
-    short_names=("pgvp",),
-    categories=("postgres",),
-    printer_columns=(
-        PrinterColumn("Default image", ".spec.defaultImage"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)
+def _declare(version: str, *, storage: bool) -> Callable[[type[Resource]], type[Resource]]:
+    """The CRD options of PostgresVersionPolicy, the same in every version."""
+    return crd(
+        group=GROUP,
+        kind="PostgresVersionPolicy",
+        header=(
+            'PostgresVersionPolicy: the versions instances may choose. A singleton named "default",'
+            " edited by\nan administrator. See docs/postgres.md."
+        ),
+        version=version,
+        storage=storage,
+        scope="Cluster",
+        short_names=("pgvp",),
+        categories=("postgres",),
+        printer_columns=(
+            PrinterColumn("Default image", ".spec.defaultImage"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+
+@_declare(VERSION, storage=True)
 class PostgresVersionPolicy(Resource):
+    __markers__ = (
+        Rule(
+            "self.metadata.name == 'default'",
+            message="the version policy is a singleton: name it 'default'",
+            reason="FieldValueInvalid",
+        ),
+    )
+
+    spec: PostgresVersionPolicySpec
+
+
+@_declare(V1ALPHA1, storage=False)
+class PostgresVersionPolicyV1alpha1(Resource):
+    # The previous version, still served: the same schema, so the API server converts
+    # between the two by rewriting apiVersion (no webhook).
     __markers__ = (
         Rule(
             "self.metadata.name == 'default'",

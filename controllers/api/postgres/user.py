@@ -1,4 +1,5 @@
-"""The PostgresUser API (``postgres.crpy.io/v1alpha1``): the classes its CRD is generated from.
+"""The PostgresUser API (``postgres.crpy.io/v1beta1``, and v1alpha1 with the same schema): the
+classes its CRD is generated from.
 
 PostgresUser: one role (with its database and grants) on an instance's server, converged
 idempotently and dropped on delete. See docs/postgres.md.
@@ -6,6 +7,7 @@ idempotently and dropped on delete. See docs/postgres.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from controller_runtime.resource import (
@@ -23,7 +25,7 @@ from controller_runtime.resource import (
     crd,
     field,
 )
-from controllers.api.postgres.group import GROUP, VERSION
+from controllers.api.postgres.group import GROUP, V1ALPHA1, VERSION
 
 
 class PostgresUserSpecInstanceRef(Schema):
@@ -91,23 +93,38 @@ class PostgresUserStatus(Schema):
     """The metadata.generation the status describes."""
 
 
-@crd(
-    group=GROUP,
-    header=(
-        "PostgresUser: one role (with its database and grants) on an instance's server, converged\n"
-        "idempotently and dropped on delete. See docs/postgres.md."
-    ),
-    version=VERSION,
-    short_names=("pgu",),
-    categories=("postgres",),
-    printer_columns=(
-        PrinterColumn("Role", ".spec.roleName"),
-        PrinterColumn("Database", ".spec.database"),
-        PrinterColumn("Instance", ".spec.instanceRef.name"),
-        PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)
+def _declare(version: str, *, storage: bool) -> Callable[[type[Resource]], type[Resource]]:
+    """The CRD options of PostgresUser, the same in every version."""
+    return crd(
+        group=GROUP,
+        kind="PostgresUser",
+        header=(
+            "PostgresUser: one role (with its database and grants) on an instance's server,"
+            " converged\nidempotently and dropped on delete. See docs/postgres.md."
+        ),
+        version=version,
+        storage=storage,
+        short_names=("pgu",),
+        categories=("postgres",),
+        printer_columns=(
+            PrinterColumn("Role", ".spec.roleName"),
+            PrinterColumn("Database", ".spec.database"),
+            PrinterColumn("Instance", ".spec.instanceRef.name"),
+            PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+
+@_declare(VERSION, storage=True)
 class PostgresUser(Resource):
+    spec: PostgresUserSpec
+    status: PostgresUserStatus = field(default_factory=PostgresUserStatus)
+
+
+@_declare(V1ALPHA1, storage=False)
+class PostgresUserV1alpha1(Resource):
+    # The previous version, still served: the same schema, so the API server converts
+    # between the two by rewriting apiVersion (no webhook).
     spec: PostgresUserSpec
     status: PostgresUserStatus = field(default_factory=PostgresUserStatus)

@@ -33,7 +33,10 @@ from tests.integration.postgres.conftest import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.plays("the job controller (writes a Job's status)"),
+]
 
 Obj = dict[str, Any]
 STORAGE = {

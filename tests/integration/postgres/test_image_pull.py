@@ -17,7 +17,10 @@ from kubeclient.transport import Transport
 from tests.integration.postgres.conftest import condition, set_policy, wait_for
 from tests.integration.postgres.test_instance import cond_is, play_statefulset_controller
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.plays("the kubelet and the StatefulSet controller (writes a Pod's status)"),
+]
 
 
 def _pod(namespace: str) -> dict[str, Any]:

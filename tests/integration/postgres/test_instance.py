@@ -156,6 +156,7 @@ async def test_the_version_policy_decides_which_versions_run(
     )
 
 
+@pytest.mark.plays("the StatefulSet controller (writes a StatefulSet's status)")
 async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the_template(
     operator: Manager, kube: Client, transport: Transport, namespace: str
 ) -> None:
@@ -210,7 +211,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     # 1 → 3, synchronous: replication settings, a PDB, and the config hash moves.
     first_hash = template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
     pg = await kube.live.get(API_VERSION, "PostgresInstance", name="pg", namespace=namespace)
-    await kube.patch(pg, {"spec": {"replicas": 3, "replication": {"mode": "sync"}}})
+    await kube.patch(pg, {"spec": {"replicas": 3, "replication": {"synchronous": {"number": 1}}}})
     sts = await wait_for(
         transport,
         "statefulsets",
@@ -281,6 +282,9 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     assert left["metadata"].get("deletionTimestamp")
 
 
+@pytest.mark.plays(
+    "the job and StatefulSet controllers (writes a Job's and a StatefulSet's status)"
+)
 async def test_an_instance_restored_from_a_backup_is_ready_once_the_restore_job_succeeded(
     operator: Manager, kube: Client, transport: Transport, namespace: str
 ) -> None:

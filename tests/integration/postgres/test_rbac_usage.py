@@ -197,7 +197,7 @@ async def operator_as_account(
     async with Transport(config) as probe:  # RBAC reaches the authorizer's cache quickly
         for _ in range(100):
             try:
-                await probe.request("GET", f"/apis/{GROUP}/v1alpha1/namespaces/{namespace}/backups")
+                await probe.request("GET", f"/apis/{GROUP}/v1beta1/namespaces/{namespace}/backups")
                 break
             except ForbiddenError:
                 await asyncio.sleep(0.05)

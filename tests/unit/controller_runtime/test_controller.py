@@ -38,7 +38,7 @@ from controller_runtime.reconcile import (
     current_reconcile,
 )
 from controller_runtime.workqueue import LOW_PRIORITY
-from informers.store import ADDED, MODIFIED, StoreDelta
+from informers.store import ADDED, MODIFIED, Store, StoreDelta
 from kubeclient.discovery import ResourceInfo
 from kubeclient.errors import ApiError, NotFoundError
 
@@ -699,6 +699,7 @@ class _FakeInformer:
         self.synced = asyncio.Event()
         self.synced.set()
         self.description = f"{resource.kind} ({resource.api_version})"
+        self.store = Store()  # what cache_bytes{kind} reads at a scrape
 
     @property
     def has_synced(self) -> bool:

@@ -38,6 +38,7 @@ from controller_runtime.resource import (
     Rule,
     Schema,
     SchemaPatch,
+    WebhookConversion,
     crd,
     field,
 )
@@ -327,3 +328,115 @@ def test_the_command_line_checks_the_operator_crds() -> None:
     assert "/nonexistent-dir is out of date (" in stale.stderr
     assert "tasks.crpy.io_tasks.yaml" in stale.stderr
     assert "postgres.crpy.io_postgresinstances.yaml" in stale.stderr
+
+
+WIDGET_CONVERSION = WebhookConversion(service_name="widget-webhook", service_namespace="shop")
+
+
+@crd(
+    group="convert.example.com",
+    version="v2",
+    kind="Widget",
+    short_names=("wdg",),
+    categories=("all",),
+    conversion=WIDGET_CONVERSION,
+)
+class WidgetV2Hub(Resource):
+    spec: WidgetSpec
+
+
+@crd(
+    group="convert.example.com",
+    version="v1",
+    kind="Widget",
+    storage=False,
+    short_names=("wdg",),
+    categories=("all",),
+    conversion=WIDGET_CONVERSION,
+)
+class WidgetV1Spoke(Resource):
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+def test_versions_that_declare_a_conversion_webhook_convert_through_it() -> None:
+    spec = one_crd(WidgetV2Hub, WidgetV1Spoke)["spec"]
+    assert [v["name"] for v in spec["versions"]] == ["v2", "v1"]
+    assert [v["storage"] for v in spec["versions"]] == [True, False]
+    assert spec["conversion"] == {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {
+                "service": {"name": "widget-webhook", "namespace": "shop", "path": "/convert"}
+            },
+        },
+    }
+    assert list(spec) == ["group", "scope", "names", "versions", "conversion"]
+
+
+def test_without_a_declared_webhook_the_api_server_converts_alone() -> None:
+    assert "conversion" not in one_crd(WidgetV1alpha1, Widget, WidgetV1beta1)["spec"]
+
+
+def test_a_conversion_webhook_on_another_port_and_path_is_written_as_declared() -> None:
+    @crd(
+        group="convert.example.com",
+        version="v1",
+        kind="Gadget",
+        conversion=WebhookConversion(
+            service_name="hooks",
+            service_namespace="ops",
+            path="/convert-gadgets",
+            port=9443,
+            review_versions=("v1", "v1beta1"),
+        ),
+    )
+    class Gadget(Resource):
+        spec: dict[str, Any] = field(default_factory=dict)
+
+    conversion = one_crd(Gadget)["spec"]["conversion"]
+    assert conversion["webhook"]["conversionReviewVersions"] == ["v1", "v1beta1"]
+    assert conversion["webhook"]["clientConfig"]["service"] == {
+        "name": "hooks",
+        "namespace": "ops",
+        "path": "/convert-gadgets",
+        "port": 9443,
+    }
+
+
+def test_versions_that_declare_different_webhooks_are_refused() -> None:
+    @crd(
+        group="convert.example.com",
+        version="v1beta2",
+        kind="Widget",
+        storage=False,
+        short_names=("wdg",),
+        categories=("all",),
+        conversion=WebhookConversion(service_name="other", service_namespace="shop"),
+    )
+    class WidgetV1beta2(Resource):
+        spec: WidgetSpec
+
+    with pytest.raises(CrdError, match="different conversion webhooks"):
+        crd_documents([WidgetV2Hub, WidgetV1beta2])
+
+
+def test_a_conversion_path_must_be_absolute() -> None:
+    @crd(
+        group="convert.example.com",
+        version="v1",
+        kind="Doohickey",
+        conversion=WebhookConversion(service_name="s", service_namespace="n", path="convert"),
+    )
+    class Doohickey(Resource):
+        spec: dict[str, Any] = field(default_factory=dict)
+
+    with pytest.raises(CrdError, match="must start with /"):
+        crd_documents([Doohickey])
+
+
+def test_a_multi_version_crd_with_a_webhook_renders_and_reads_back() -> None:
+    (text,) = render_all([WidgetV2Hub, WidgetV1Spoke]).values()
+    document = yaml.safe_load(text.split("\n", 1)[1])
+    assert document["spec"]["conversion"]["strategy"] == "Webhook"
+    assert text == render_all([WidgetV1Spoke, WidgetV2Hub])["convert.example.com_widgets.yaml"]

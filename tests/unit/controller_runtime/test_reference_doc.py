@@ -14,6 +14,7 @@ import pytest
 
 from controller_runtime import ByObject, Client, LeaderElectionConfig, ManagerOptions
 from controller_runtime.client import LiveReader
+from controller_runtime.webhook import DEFAULT_CERT_DIR, WebhookServer
 
 REFERENCE = (Path(__file__).resolve().parents[3] / "docs" / "reference.md").read_text()
 ROW = re.compile(r"^\| `(?P<name>\w+)` \| (?P<default>[^|]+) \|", re.M)
@@ -79,3 +80,20 @@ def test_every_option_is_documented_with_its_default(title: str, cls: type) -> N
             assert name == "identity", f"{title}.{name}: {text} is not a Python literal"
             continue
         assert value == default, f"{title}.{name}: documented {value!r}, code has {default!r}"
+
+
+def test_every_webhook_server_option_is_documented_with_its_default() -> None:
+    documented = documented_defaults("WebhookServer")
+    parameters = {
+        name: p for name, p in inspect.signature(WebhookServer).parameters.items() if name != "self"
+    }
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+    assert set(documented) == set(parameters), "doc and code disagree on the options"
+    for name, text in documented.items():
+        default = parameters[name].default
+        literal = text.strip("`")
+        if literal == "DEFAULT_CERT_DIR":
+            assert default == DEFAULT_CERT_DIR, name
+            continue
+        value = ast.literal_eval(literal)
+        assert value == default, f"WebhookServer.{name}: documented {value!r}, code has {default!r}"

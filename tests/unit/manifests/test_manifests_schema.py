@@ -34,9 +34,10 @@ from tests.rbac_usage import (
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
-NOT_INSTALLED = ("examples", "sharded")
+NOT_INSTALLED = ("examples", "sharded", "upgrade")
 """Directories of manifests/ that the kustomization does not install (sharded/ is a variant
-applied on top, checked in test_manifests_sharded.py)."""
+applied on top, checked in test_manifests_sharded.py; upgrade/ is the one-off storage
+migration Job)."""
 SCHEMA_VERSION = ".".join(KUBERNETES_VERSION.split(".")[:2])
 
 Doc = dict[str, Any]

@@ -22,7 +22,7 @@ def sts(generation: int = 2, **status: Any) -> dict[str, Any]:
 
 def instance(**spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "PostgresInstance",
         "metadata": {"name": "db", "namespace": "ns", "generation": 1},
         "spec": {"version": "16", **spec},

@@ -101,3 +101,11 @@ def test_an_invalid_version_is_refused_without_touching_the_running_one() -> Non
     verdict = evaluate(policy({"version": "15"}), "fifteen", Version(15))
     assert not verdict.accepted and verdict.reason == "InvalidVersion"
     assert verdict.version == Version(15)
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_major_downgrade_is_refused_even_with_permission(allow: bool) -> None:
+    p = policy({"version": "15"}, {"version": "16"})
+    refused = evaluate(p, "15", Version(16, 2), allow_major_upgrade=allow)
+    assert not refused.accepted and refused.reason == "MajorDowngradeRefused"
+    assert refused.version == Version(16, 2) and "16.2 keeps running" in refused.message

@@ -12,7 +12,7 @@ from controllers.postgres.api import ANNOTATION_CONFIG_HASH, ANNOTATION_VERSION
 
 def instance(**spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "postgres.crpy.io/v1alpha1",
+        "apiVersion": "postgres.crpy.io/v1beta1",
         "kind": "PostgresInstance",
         "metadata": {"name": "pg", "namespace": "shop", "uid": "u-1"},
         "spec": {"version": "16", **spec},
@@ -25,10 +25,10 @@ def template_hash(obj: dict[str, Any]) -> str:
 
 def test_synchronous_replication_needs_more_than_one_replica() -> None:
     assert "synchronous_standby_names" not in render.postgresql_conf(
-        {"replicas": 1, "replication": {"mode": "sync"}}
+        {"replicas": 1, "replication": {"synchronous": {"number": 1}}}
     )
     assert "synchronous_standby_names = 'FIRST 1 (*)'" in render.postgresql_conf(
-        {"replicas": 3, "replication": {"mode": "sync"}}
+        {"replicas": 3, "replication": {"synchronous": {"number": 1}}}
     )
     assert "synchronous_standby_names" not in render.postgresql_conf({"replicas": 3})
 

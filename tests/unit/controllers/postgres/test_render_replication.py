@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,32 @@ def test_standby_conninfo_bounds_connection_attempts_and_names_the_pod(tmp_path:
 
 
 def test_synchronous_mode_waits_for_exactly_one_standby() -> None:
-    conf = render.postgresql_conf({"replicas": 3, "replication": {"mode": "sync"}})
+    conf = render.postgresql_conf({"replicas": 3, "replication": {"synchronous": {"number": 1}}})
     assert "synchronous_standby_names = 'FIRST 1 (*)'" in conf
     assert "synchronous_standby_names" not in render.postgresql_conf(
-        {"replicas": 1, "replication": {"mode": "sync"}}
+        {"replicas": 1, "replication": {"synchronous": {"number": 1}}}
     )
+
+
+@pytest.mark.parametrize(
+    ("replicas", "synchronous", "names"),
+    [
+        (3, {"number": 2, "method": "First"}, "FIRST 2 (*)"),
+        (5, {"number": 2, "method": "Any"}, "ANY 2 (*)"),
+        (3, {"number": 8, "method": "Any"}, "ANY 2 (*)"),  # capped at the standbys there are
+        (2, {}, "FIRST 1 (*)"),  # the schema's defaults
+        (1, {"number": 3}, ""),  # no standby: commits never wait
+        (3, None, ""),
+    ],
+)
+def test_synchronous_standby_names_follow_number_and_method(
+    replicas: int, synchronous: dict[str, Any] | None, names: str
+) -> None:
+    replication = {} if synchronous is None else {"synchronous": synchronous}
+    spec = {"replicas": replicas, "replication": replication}
+    assert render.synchronous_standby_names(spec) == names
+    conf = render.postgresql_conf(spec)
+    if names:
+        assert f"synchronous_standby_names = '{names}'" in conf
+    else:
+        assert "synchronous_standby_names" not in conf

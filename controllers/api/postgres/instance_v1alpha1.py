@@ -1,0 +1,201 @@
+"""The PostgresInstance API's previous version (``postgres.crpy.io/v1alpha1``), still served:
+objects in it are converted to and from the storage version (``instance``, v1beta1) by
+``conversion``. Frozen: a change of the API goes into v1beta1 (and the
+conversion), never here.
+
+PostgresInstance: a PostgreSQL server the operator runs (a StatefulSet and its Services), or an
+existing one it connects to (spec.external). See docs/postgres.md.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from controller_runtime.resource import (
+    Conditions,
+    Default,
+    Enum,
+    Int64,
+    Maximum,
+    MaxLength,
+    MaxProperties,
+    Minimum,
+    MinLength,
+    Pattern,
+    PrinterColumn,
+    Resource,
+    Rule,
+    Schema,
+    crd,
+    field,
+)
+from controllers.api.postgres.group import CONVERSION, GROUP, V1ALPHA1
+
+
+class PostgresInstanceSpecReplication(Schema):
+    """How standbys (replicas > 1) follow the primary."""
+
+    mode: Annotated[str, Enum("async", "sync")] = "async"
+    """sync waits for one standby at each commit (needs replicas > 1)."""
+
+
+class PostgresInstanceSpecStorage(Schema):
+    """The data volume of each pod (size and class are fixed once the StatefulSet exists)."""
+
+    size: Annotated[str, Pattern("^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")] = "1Gi"
+    """Volume size per pod (fixed once the StatefulSet exists)."""
+    storage_class_name: str | None = None
+    """StorageClass of the volumes (default the cluster's default class)."""
+
+
+class PostgresInstanceSpecTls(Schema):
+    """Serve TLS only, with tls.crt and tls.key from this Secret."""
+
+    secret_name: Annotated[str, MinLength(1)]
+    """A kubernetes.io/tls Secret in the instance's namespace."""
+
+
+class PostgresInstanceSpecRestore(Schema):
+    """Create the instance from a Backup (set at creation only)."""
+
+    backup_name: Annotated[str, MinLength(1)]
+    """A Succeeded pg_dump Backup in the instance's namespace, restored once the server is up."""
+
+
+class PostgresInstanceSpecExternalAdminSecretRef(Schema):
+    """A Secret with the credentials of a role that may create roles and databases."""
+
+    name: Annotated[str, MinLength(1)]
+    """The Secret's name (same namespace as the instance)."""
+    username_key: str = "username"
+    """Key of the user name in the Secret (default username)."""
+    password_key: str = "password"
+    """Key of the password in the Secret (default password)."""
+
+
+class PostgresInstanceSpecExternal(Schema, kw_only=True):
+    """Use an existing server instead of running one."""
+
+    host: Annotated[str, MinLength(1)]
+    """Host name or address of the existing server."""
+    port: Annotated[int, Minimum(1), Maximum(65535)] = 5432
+    """Port of the existing server (default 5432)."""
+    database: str = "postgres"
+    """The maintenance database the operator connects to."""
+    ssl_mode: Annotated[
+        str, Enum("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+    ] = "prefer"
+    """libpq sslmode for the operator's and the applications' connections (default prefer)."""
+    admin_secret_ref: PostgresInstanceSpecExternalAdminSecretRef
+
+
+class PostgresInstanceSpec(Schema):
+    """The server wanted. Rules: spec.version is required unless spec.external is set; replicas,
+    tls and restore apply only to in-cluster instances; an instance cannot switch between
+    in-cluster and external; spec.restore is set at creation and cannot change."""
+
+    version: Annotated[str, Pattern("^[0-9]{1,3}(\\.[0-9]{1,3})?$")] | None = None
+    """PostgreSQL version, MAJOR or MAJOR.MINOR (e.g. "16" or "16.2"). It must be enabled by the
+    PostgresVersionPolicy "default". A minor change rolls in place; a major change needs
+    allowMajorVersionUpgrade. Optional for an external server (then checked against the server's
+    version)."""
+    allow_major_version_upgrade: Annotated[bool, Default(False)] = False
+    """Allow a change of the major version (the image must upgrade the data)."""
+    replicas: Annotated[int, Minimum(1), Maximum(9)] = 1
+    """Pods; pod 0 is the primary, the others stream from it."""
+    replication: PostgresInstanceSpecReplication | None = None
+    storage: PostgresInstanceSpecStorage | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+    """Requests and limits of the postgres container (a ResourceRequirements)."""
+    parameters: Annotated[dict[str, Annotated[str, MaxLength(1024)]], MaxProperties(200)] = field(
+        default_factory=dict
+    )
+    """postgresql.conf parameters; a change rolls the pods."""
+    tls: PostgresInstanceSpecTls | None = None
+    deletion_policy: Annotated[str, Enum("Retain", "Delete")] = "Retain"
+    """Retain (default) or Delete the volumes when the instance is deleted."""
+    restore: PostgresInstanceSpecRestore | None = None
+    external: PostgresInstanceSpecExternal | None = None
+
+    __markers__ = (
+        Rule(
+            "has(self.external) || has(self.version)",
+            message="an instance needs spec.version, or spec.external to use an existing server",
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            "!has(self.external) || (!has(self.tls) && !has(self.restore) && self.replicas == 1)",
+            message="replicas, tls and restore apply to in-cluster instances, not to spec.external",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            "has(self.external) == has(oldSelf.external)",
+            message="an instance cannot switch between in-cluster and external; create another",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            "has(self.restore) == has(oldSelf.restore)"
+            " && (!has(self.restore) || self.restore == oldSelf.restore)",
+            message="spec.restore is set when the instance is created and cannot change",
+            field_path=".restore",
+            reason="FieldValueForbidden",
+        ),
+    )
+
+
+class PostgresInstanceStatusEndpoint(Schema):
+    """Where applications connect."""
+
+    host: str | None = None
+    """Host name applications connect to (the primary's Service, or spec.external.host)."""
+    port: int | None = None
+    """Port applications connect to."""
+
+
+class PostgresInstanceStatusRestore(Schema):
+    """Progress of spec.restore."""
+
+    job_name: str | None = None
+    """The Job that restores the Backup."""
+    phase: str | None = None
+    """Pending, Succeeded or Failed."""
+
+
+class PostgresInstanceStatus(Schema):
+    """Written by the operator; never set it."""
+
+    endpoint: PostgresInstanceStatusEndpoint | None = None
+    version: str | None = None
+    """The version that runs."""
+    ready_replicas: int | None = None
+    """Pods of the StatefulSet that are ready."""
+    restore: PostgresInstanceStatusRestore | None = None
+    conditions: Conditions = field(default_factory=list)
+    """Ready, and the kind's other conditions (metav1.Condition)."""
+    observed_generation: Int64 | None = None
+    """The metadata.generation the status describes."""
+
+
+@crd(
+    group=GROUP,
+    kind="PostgresInstance",
+    header=(
+        "PostgresInstance: a PostgreSQL server the operator runs (a StatefulSet and its Services),"
+        " or an\nexisting one it connects to (spec.external). See docs/postgres.md."
+    ),
+    version=V1ALPHA1,
+    storage=False,
+    conversion=CONVERSION,
+    short_names=("pgi",),
+    categories=("postgres",),
+    printer_columns=(
+        PrinterColumn("Version", ".status.version"),
+        PrinterColumn("Replicas", ".spec.replicas", "integer"),
+        PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        PrinterColumn("Host", ".status.endpoint.host"),
+        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+    ),
+)
+class PostgresInstanceV1alpha1(Resource):
+    spec: PostgresInstanceSpec
+    status: PostgresInstanceStatus = field(default_factory=PostgresInstanceStatus)
