@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller_runtime.client import PatchType
-from controller_runtime.reconcile import Result
+from controller_runtime.reconcile import Result, TerminalError
 from kubeclient.errors import ConflictError, InvalidError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,44 @@ def remove_finalizer_patch(obj: Mapping[str, Any], name: str) -> JsonPatch | Non
 # -- against the server ----------------------------------------------------------------------
 
 
+class FinalizerSelectionError(TerminalError, ValueError):
+    """A finalizer was to be added to an object of a kind the client's cache selects by label
+    or field (``ByObject.label_selector`` / ``field_selector``).
+
+    Such an object leaves the cache when its labels (or fields) stop matching: the informer
+    reports it deleted, the reconcile reads "not found" and returns, and nothing ever removes
+    the finalizer: once deleted, the object stays ``Terminating`` for good. So the finalizer
+    helpers refuse to add one (a terminal error: retrying cannot help). Cache the kind
+    without a selector and decide in the reconcile whether an object is yours (for one that is
+    not, :func:`release_finalizer` and return), or keep the selector and clean up without a
+    finalizer (owner references and garbage collection, say).
+    """
+
+
+def _check_selection(client: object, obj: Mapping[str, Any]) -> None:
+    """Raise :class:`FinalizerSelectionError` if ``client``'s cache selects ``obj``'s kind."""
+    by_object = getattr(getattr(client, "cache", None), "by_object", None)
+    if not isinstance(by_object, Mapping):
+        return
+    options = by_object.get((obj.get("apiVersion"), obj.get("kind")))
+    label = getattr(options, "label_selector", None)
+    fields = getattr(options, "field_selector", None)
+    if not (label or fields):
+        return
+    selection = " and ".join(
+        f"{what} {value!r}"
+        for what, value in (("label selector", label), ("field selector", fields))
+        if value
+    )
+    raise FinalizerSelectionError(
+        f"not adding a finalizer to {obj.get('kind')} {obj.get('metadata', {}).get('name')!r}: "
+        f"the cache selects {obj.get('kind')} by {selection}, so an object that stops "
+        "matching leaves the cache and its finalizer would never be removed (it would stay "
+        "Terminating once deleted); cache the kind without the selector and skip objects "
+        "that are not yours in the reconcile, or clean up without a finalizer"
+    )
+
+
 def _key(obj: Mapping[str, Any]) -> tuple[str, str, str, str | None]:
     meta = obj["metadata"]
     return obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")
@@ -202,9 +240,13 @@ async def ensure_finalizer(
     Nothing is added to an object that is being deleted (the server forbids new finalizers
     then): check :func:`contains_finalizer` on the result when that matters. Concurrent
     writers of other finalizers are not clobbered (see the module docs). Raises
-    :class:`~kubeclient.errors.NotFoundError` if the object is gone, and the last refusal
-    after :data:`MAX_ATTEMPTS`.
+    :class:`~kubeclient.errors.NotFoundError` if the object is gone, the last refusal after
+    :data:`MAX_ATTEMPTS`, and :class:`FinalizerSelectionError` (before any request) when the
+    client's cache selects the kind by label or field: such an object's finalizer could be
+    stranded.
     """
+    if not contains_finalizer(obj, name) and not is_being_deleted(obj):
+        _check_selection(client, obj)
 
     def patch(state: dict[str, Any]) -> JsonPatch | None:
         return None if is_being_deleted(state) else add_finalizer_patch(state, name)
@@ -295,8 +337,11 @@ async def handle_finalization(
     - Not being deleted: make sure finalizer ``name`` is on the object.
     - Being deleted with our finalizer: read the object from the server (so a lagging cache
       cannot trigger a second cleanup after the finalizer is gone), await ``cleanup(obj)``,
-      then remove only ``name``. Finalizers of others are kept, even when they are added or
-      removed concurrently.
+      then remove only ``name``. ``cleanup`` runs only on the very object handed in: when the
+      server's object of that name has another UID (the cached one was deleted and a new one
+      created under its name), or is not being deleted, nothing runs and the outcome is
+      ``SKIPPED`` with ``obj=None``; the new object's own events bring the reconcile back.
+      Finalizers of others are kept, even when they are added or removed concurrently.
     - Being deleted without it: nothing.
 
     If ``cleanup`` returns :class:`CleanupPending`, it is not finished: the finalizer stays
@@ -319,6 +364,16 @@ async def handle_finalization(
     return await _finalize(client, obj, name, cleanup)
 
 
+def _same_incarnation(seen: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
+    """Whether ``live`` (read by name) is the object ``seen`` shows, and being deleted: the
+    same UID (when ``seen`` has one) and a ``deletionTimestamp``. A deletion is never undone,
+    so a live object of the same UID without one cannot be the one being finalized."""
+    uid = seen.get("metadata", {}).get("uid")
+    if uid and live.get("metadata", {}).get("uid") != uid:
+        return False
+    return is_being_deleted(live)
+
+
 async def _finalize(
     client: FinalizerClient,
     obj: dict[str, Any],
@@ -331,6 +386,17 @@ async def _finalize(
     try:
         live = await _read_live(client, obj)
     except NotFoundError:
+        return FinalizeOutcome(FinalizeAction.SKIPPED, None, deleting=True)
+    if not _same_incarnation(obj, live):
+        # The name now belongs to another object (the cache still shows a deleted one): the
+        # one handed in is gone, and undoing its effects on the new one's behalf would undo
+        # the new one's. The new one's own events bring the reconcile back for it.
+        log.debug(
+            "%s: uid %s was deleted and recreated as %s; not finalizing the new object",
+            _key(obj),
+            obj.get("metadata", {}).get("uid"),
+            live.get("metadata", {}).get("uid"),
+        )
         return FinalizeOutcome(FinalizeAction.SKIPPED, None, deleting=True)
     if not contains_finalizer(live, name):
         return FinalizeOutcome(FinalizeAction.SKIPPED, live, deleting=True)

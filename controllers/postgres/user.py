@@ -34,11 +34,12 @@ from controller_runtime import (
     ControllerOptions,
     EnqueueRequestsFromMapFunc,
     EventRecorder,
-    NotFoundError,
     Request,
     Result,
     TerminalError,
+    contains_finalizer,
     handle_finalization,
+    ignore_not_found,
     is_being_deleted,
     is_true,
     reconcile_logger,
@@ -97,17 +98,15 @@ class UserReconciler:
         name = ref_name(user, "instanceRef")
         if name is None:
             return None
-        try:
-            return await self.client.get(
+        return await ignore_not_found(
+            self.client.get(
                 API_VERSION, INSTANCE, name=name, namespace=user["metadata"]["namespace"]
             )
-        except NotFoundError:
-            return None
+        )
 
     async def reconcile(self, request: Request) -> Result | None:
-        try:
-            user = await self.client.get(API_VERSION, USER, request)
-        except NotFoundError:
+        user = await ignore_not_found(self.client.get(API_VERSION, USER, request))
+        if user is None:
             return None
         instance = await self._instance(user)
 
@@ -166,11 +165,12 @@ class UserReconciler:
         except sql.DatabaseError as err:
             await not_ready("DatabaseError", str(err))
             raise
-        if changed.role_created and await self._gone(user):
+        if changed.role_created and not await self._role_still_wanted(user, role.name):
             # Deleted while we created its role: its finalizer will never run. The API server
             # can delete an object whose finalizer was added concurrently
             # (kubernetes/kubernetes#77988), and a new leader's cache can lag behind a
-            # deletion; either way nothing else would ever drop this role.
+            # deletion, or behind a re-creation under the same name that asks for another
+            # role; either way nothing else would ever drop this role.
             await sql.drop_role(info, role.name, role.database)
             reconcile_logger(__name__).info(
                 "dropped role %s again: its PostgresUser was deleted meanwhile", role.name
@@ -190,17 +190,27 @@ class UserReconciler:
         await write_status(self.client, user, status)
         return Result(requeue_after=self.resync_after)
 
-    async def _gone(self, user: Obj) -> bool:
-        """Whether no PostgresUser of this name exists on the server any more (one re-created
-        under the same name keeps the role: it is its role too)."""
+    async def _role_still_wanted(self, user: Obj, role: str) -> bool:
+        """Whether the server's PostgresUser of ``user``'s name (read live) still stands for
+        role ``role`` on the same instance, and its finalizer will drop it one day.
+
+        Identity is the UID, not the name: an object re-created under the name is another
+        PostgresUser, and keeps the role only when it asks for the same role on the same
+        instance (``roleName`` and ``instanceRef`` cannot change, so the same UID always
+        does). One being deleted without this controller's finalizer (the API server's
+        delete/finalizer race) will never drop it: not wanted."""
         meta = user["metadata"]
-        try:
-            await self.client.live.get(
-                API_VERSION, USER, name=meta["name"], namespace=meta["namespace"]
-            )
-        except NotFoundError:
-            return True
-        return False
+        live = await ignore_not_found(
+            self.client.live.get(API_VERSION, USER, name=meta["name"], namespace=meta["namespace"])
+        )
+        if live is None:
+            return False
+        if live["metadata"].get("uid") != meta.get("uid"):
+            spec = live.get("spec") or {}
+            same_role = spec.get("roleName") == role
+            if not same_role or ref_name(live, "instanceRef") != ref_name(user, "instanceRef"):
+                return False
+        return not is_being_deleted(live) or contains_finalizer(live, USER_FINALIZER)
 
     def _announce(self, user: Obj, role: sql.RoleSpec, changed: sql.RoleOutcome) -> None:
         """Log and record what ``ensure_role`` changed."""

@@ -295,6 +295,37 @@ async def _unexpected_cleanup(obj: dict[str, Any]) -> None:
     raise AssertionError("cleanup must not run")
 
 
+@pytest.mark.parametrize("new_deleting", [False, True], ids=["new-alive", "new-deleting"])
+async def test_finalization_of_a_stale_deleted_object_never_cleans_up_its_successor(
+    client: Client, namespace: str, new_deleting: bool
+) -> None:
+    """A cache (a new leader's, say) still shows the old incarnation being deleted with our
+    finalizer, while the server already deleted it and holds a new object of that name with
+    our finalizer: the cleanup must not run for the new one, nor its finalizer go."""
+    old = await client.create(task("reborn", namespace))
+    old = await ensure_finalizer(client, old, OURS)
+    stale = await client.delete(old)
+    assert stale is not None and stale["metadata"].get("deletionTimestamp")
+    await release_finalizer(client, stale, OURS)  # the old leader finished it
+    new = await client.create(task("reborn", namespace))
+    new = await ensure_finalizer(client, new, OURS)
+    if new_deleting:
+        deleted = await client.delete(new)
+        assert deleted is not None
+    cleaned: list[dict[str, Any]] = []
+
+    async def cleanup(obj: dict[str, Any]) -> None:
+        cleaned.append(obj)
+
+    outcome = await handle_finalization(client, stale, OURS, cleanup)
+    assert [c["metadata"]["uid"] for c in cleaned] == []
+    assert outcome.action is FinalizeAction.SKIPPED and outcome.obj is None
+    live = await client.live.get(TASKS, "Task", name="reborn", namespace=namespace)
+    assert live["metadata"]["uid"] == new["metadata"]["uid"]
+    assert live["metadata"]["finalizers"] == [OURS]
+    await release_finalizer(client, live, OURS)
+
+
 # -- create or update / patch ------------------------------------------------------------------
 
 

@@ -298,3 +298,68 @@ async def test_a_role_created_for_a_user_deleted_meanwhile_is_dropped_again(
         await users.reconcile(Request(namespace, "gone"))
     await recorder.close()
     assert roles_like(postgres_server, role) == [], "the role of a deleted PostgresUser remains"
+
+
+@pytest.mark.parametrize("same_role", [False, True], ids=["other-role", "same-role"])
+async def test_a_role_created_for_a_user_recreated_meanwhile_follows_the_new_user(
+    lagging: LaggingClient,
+    kube: Client,
+    namespace: str,
+    postgres_server: LocalPostgres,
+    same_role: bool,
+) -> None:
+    """A reconcile reads a PostgresUser the server has deleted and re-created under the same
+    name (a new leader whose cache lags): the role it creates from the old spec is dropped
+    again when the new PostgresUser asks for another role (nothing else would ever drop it),
+    and kept when it asks for the same one (it is the new user's role too)."""
+    major = postgres_server.version.split(".")[0]
+    await set_policy(kube, {major: True})
+    recorder = EventRecorder(kube, reporting_controller="crpy.io/test", reporting_instance="t")
+    await external_instance(kube, namespace, postgres_server)
+    lagging.lagging = False
+    await lagging.catch_up(namespace)
+    await InstanceReconciler(lagging, recorder).reconcile(Request(namespace, "db"))
+    await lagging.catch_up(namespace)
+    await kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "twice-pw", "namespace": namespace},
+            "stringData": {"password": "a-password-for-twice"},
+        }
+    )
+    prefix = namespace.replace("-", "_")
+    old_role, new_role = f"{prefix}_old", f"{prefix}_old" if same_role else f"{prefix}_new"
+
+    def user(role: str) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": USER,
+            "metadata": {"name": "twice", "namespace": namespace, "finalizers": [USER_FINALIZER]},
+            "spec": {
+                "instanceRef": {"name": "db"},
+                "roleName": role,
+                "database": "twice",
+                "passwordSecretRef": {"name": "twice-pw", "key": "password"},
+            },
+        }
+
+    created = await kube.create(user(old_role))
+    await lagging.catch_up(namespace)
+    await kube.patch(created, {"metadata": {"finalizers": None}})
+    await kube.delete(created)
+    recreated = await kube.create(user(new_role))
+    assert recreated["metadata"]["uid"] != created["metadata"]["uid"]
+    instance = await kube.live.get(API_VERSION, INSTANCE, name="db", namespace=namespace)
+    lagging.history[(INSTANCE, namespace, "db")] = [instance, instance]
+    lagging.history[(USER, namespace, "twice")] = [created, created]
+    lagging.lagging = True
+    users = UserReconciler(lagging, recorder)
+    # The status write of the old incarnation fails its preconditions: retried by the
+    # controller, on the new incarnation once the cache caught up.
+    with contextlib.suppress(ConflictError, NotFoundError):
+        await users.reconcile(Request(namespace, "twice"))
+    await recorder.close()
+    assert roles_like(postgres_server, old_role) == ([old_role] if same_role else []), (
+        "the role of a re-created PostgresUser's predecessor remains"
+    )

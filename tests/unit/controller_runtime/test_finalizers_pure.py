@@ -6,10 +6,15 @@ from typing import Any
 
 import pytest
 
+from controller_runtime.cache import ByObject
 from controller_runtime.patches import add_finalizer_patch, merge_patch, remove_finalizer_patch
+from controller_runtime.reconcile import TerminalError
 from controller_runtime.util import (
+    FinalizerSelectionError,
     add_finalizer,
     contains_finalizer,
+    ensure_finalizer,
+    handle_finalization,
     is_being_deleted,
     remove_finalizer,
 )
@@ -99,3 +104,46 @@ def test_merge_patch_diff() -> None:
         "new": {"x": 1},
     }
     assert merge_patch(before, before) == {}
+
+
+class _SelectedClient:
+    """A client whose cache selects Tasks; any request would be a failure of the test."""
+
+    def __init__(self, by_object: dict[tuple[str, str], ByObject]) -> None:
+        self.cache = type("C", (), {"by_object": by_object})()
+
+    @property
+    def live(self) -> Any:
+        raise AssertionError("no request may be sent")
+
+    async def patch(self, obj: Any, patch: Any, *, patch_type: str = "merge") -> Any:
+        raise AssertionError("no request may be sent")
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (ByObject(label_selector="team=a"), "label selector 'team=a'"),
+        (ByObject(field_selector="metadata.name=a"), "field selector 'metadata.name=a'"),
+    ],
+)
+async def test_no_finalizer_is_added_to_a_kind_the_cache_selects(
+    options: ByObject, named: str
+) -> None:
+    """Relabelled out of the selection, the object would leave the cache and its finalizer
+    would never be removed: refused before any request, as a terminal error."""
+    client = _SelectedClient({("tasks.crpy.io/v1", "Task"): options})
+
+    async def cleanup(_: dict[str, Any]) -> None:
+        raise AssertionError("no cleanup")
+
+    with pytest.raises(FinalizerSelectionError, match=named) as refused:
+        await handle_finalization(client, obj(uid="u1"), OURS, cleanup)
+    assert isinstance(refused.value, TerminalError)
+    # Already carrying it (added before the selector): nothing to add, nothing refused.
+    already = obj([OURS], uid="u1")
+    assert (await ensure_finalizer(client, already, OURS)) is already
+    # Another kind, or a namespace-only scope: allowed (the patch would be sent).
+    other = _SelectedClient({("tasks.crpy.io/v1", "Task"): ByObject(namespaces=("ns",))})
+    with pytest.raises(AssertionError, match="no request"):
+        await ensure_finalizer(other, obj(uid="u1"), OURS)
