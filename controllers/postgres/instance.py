@@ -40,6 +40,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from controller_runtime import (
@@ -214,6 +215,7 @@ def rendered_children(instance: Obj, verdict: Verdict, claims: list[Obj] | None)
         render.configmap(instance),
         render.headless_service(instance),
         render.primary_service(instance),
+        render.replicas_service(instance),
         render.statefulset(
             instance, version=str(verdict.version), image=verdict.image, claim_templates=claims
         ),
@@ -385,6 +387,7 @@ class InstanceReconciler:
             await write_status(self.client, instance, status)
             return None
         applied = await self._apply_children(instance, children)
+        record_primary(status, render.Names(instance["metadata"]["name"]).statefulset + "-0")
         if running is not None and running != verdict.version:
             message = f"rolling from PostgreSQL {running} to {verdict.version}"
             self.recorder.record(instance, "Normal", "Upgrading", message, "Upgrade")
@@ -589,6 +592,16 @@ class InstanceReconciler:
         log = reconcile_logger(__name__)
         log.info("version refused: %s", verdict.message)
         self.recorder.record(instance, "Warning", verdict.reason, verdict.message, "ChooseVersion")
+
+
+def record_primary(status: Obj, name: str, target: str | None = None) -> None:
+    """``currentPrimary`` and ``targetPrimary`` (``target`` defaults to ``name``) into
+    ``status``, each with the time it last changed."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for key, value in (("currentPrimary", name), ("targetPrimary", target or name)):
+        if status.get(key) != value:
+            status[key] = value
+            status[f"{key}Timestamp"] = now
 
 
 def _condition_message(instance: Obj, kind: str) -> str | None:

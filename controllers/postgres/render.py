@@ -7,15 +7,20 @@ What is rendered, for an instance ``<name>``:
   entrypoint and the first-start script that creates the replication role;
 - Secret ``<name>-superuser`` (``username``, ``password``, ``replication-password``):
   created once, never rewritten (:func:`superuser_secret`);
+- ConfigMap ``<name>-ha`` (:func:`ha_configmap`): ``target-primary`` and ``fenced``, what
+  the operator decided (controllers/postgres/ha.py); kept apart so a change rolls nothing;
 - StatefulSet ``<name>``: pod ``<name>-0`` is the primary; every other pod clones it with
-  ``pg_basebackup`` on first start and follows it by streaming replication;
-- Service ``<name>-headless`` (stable pod DNS names) and ``<name>-primary`` (pod 0 only);
+  ``pg_basebackup`` on first start and follows it by streaming replication
+  (``wal_log_hints`` is on, so a former primary can be rewound with ``pg_rewind``);
+- Service ``<name>-headless`` (stable pod DNS names), ``<name>-primary`` (pod 0) and
+  ``<name>-replicas`` (the Pods the operator labels ``postgres.crpy.io/role=replica``:
+  streaming standbys, read-only);
 - PodDisruptionBudget ``<name>`` (``maxUnavailable: 1``) while ``replicas > 1``.
 
 The pod template carries a hash of the rendered configuration, so a change of parameters,
 replication mode or TLS rolls the pods; a changed image (minor upgrade) rolls them too.
-Caveats: pod 0 is always the primary (no automatic failover); replication uses
-``wal_keep_size`` rather than slots, so a standby down for long must be re-cloned.
+Caveats: replication uses ``wal_keep_size`` rather than slots, so a standby down for long
+must be re-cloned.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from controllers.postgres.api import (
     ANNOTATION_VERSION,
     LABEL_INSTANCE,
     LABEL_NAME,
+    LABEL_ROLE,
+    ROLE_PRIMARY,
+    ROLE_REPLICA,
     labels_for,
 )
 
@@ -41,6 +49,7 @@ PORT = 5432
 DATA_DIR = "/var/lib/postgresql/data"
 PGDATA = f"{DATA_DIR}/pgdata"
 CONFIG_DIR = "/etc/postgres"
+HA_DIR = "/etc/postgres-ha"
 TLS_DIR = "/etc/postgres-tls"
 POSTGRES_UID = 999  # the official image's postgres user
 SUPERUSER = "postgres"
@@ -94,6 +103,14 @@ class Names:
         return f"{self.name}-primary"
 
     @property
+    def replicas(self) -> str:
+        return f"{self.name}-replicas"
+
+    @property
+    def ha(self) -> str:
+        return f"{self.name}-ha"
+
+    @property
     def statefulset(self) -> str:
         return self.name
 
@@ -135,6 +152,8 @@ def postgresql_conf(spec: Mapping[str, Any]) -> str:
         "max_wal_senders = 10",
         "wal_keep_size = '1GB'",
         "hot_standby = on",
+        # pg_rewind needs it: a former primary rejoins as a standby without a new clone.
+        "wal_log_hints = on",
     ]
     if standbys_names:
         lines.append(f"synchronous_standby_names = '{standbys_names}'")
@@ -286,19 +305,42 @@ def headless_service(instance: Mapping[str, Any]) -> Obj:
 
 
 def primary_service(instance: Mapping[str, Any]) -> Obj:
+    """What applications write through: pod 0."""
     name = instance["metadata"]["name"]
+    service = _role_service(instance, Names(name).primary, ROLE_PRIMARY)
+    service["spec"]["selector"] = {
+        **_selector(instance),
+        "statefulset.kubernetes.io/pod-name": f"{name}-0",
+    }
+    return service
+
+
+def replicas_service(instance: Mapping[str, Any]) -> Obj:
+    """Read-only connections: the streaming standbys the operator labels replica."""
+    return _role_service(instance, Names(instance["metadata"]["name"]).replicas, ROLE_REPLICA)
+
+
+def _role_service(instance: Mapping[str, Any], name: str, role: str) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(instance, Names(name).primary, "database"),
+        "metadata": _meta(instance, name, "database"),
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                **_selector(instance),
-                "statefulset.kubernetes.io/pod-name": f"{name}-0",
-            },
+            "selector": {**_selector(instance), LABEL_ROLE: role},
             "ports": [{"name": "postgres", "port": PORT, "targetPort": PORT}],
         },
+    }
+
+
+def ha_configmap(instance: Mapping[str, Any], target: str, fenced: str) -> Obj:
+    """What the Pods' entrypoints read at start: the target primary's Pod name (``pending``
+    while a failover has chosen none) and the fenced Pods (names separated by spaces)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(instance, Names(instance["metadata"]["name"]).ha, "config"),
+        "data": {"target-primary": target, "fenced": fenced},
     }
 
 

@@ -42,11 +42,18 @@ class PostgresInstanceSpecReplicationSynchronous(Schema):
 
 
 class PostgresInstanceSpecReplication(Schema):
-    """How standbys (replicas > 1) follow the primary: asynchronously, unless synchronous is
-    set."""
+    """How standbys (replicas > 1) follow the primary (asynchronously, unless synchronous is
+    set), and how the operator fails over."""
 
     synchronous: PostgresInstanceSpecReplicationSynchronous | None = None
     """Make commits wait for standbys (off at 1 replica, which has none)."""
+    sync_policy: Annotated[str, Enum("ZeroLoss", "DegradeToAsync")] = "ZeroLoss"
+    """With synchronous set, what gives way when standbys are missing. ZeroLoss (default):
+    commits wait for a standby, and failover promotes only a member that has every acknowledged
+    commit (or waits). DegradeToAsync: commits go on without standbys, and failover promotes the
+    most advanced standby that answers; what it had not received is lost."""
+    failover_delay: Annotated[int, Minimum(0), Maximum(3600)] = 0
+    """Seconds the primary must be unhealthy before failover starts (default 0)."""
 
 
 class PostgresInstanceSpecStorage(Schema):
@@ -112,7 +119,8 @@ class PostgresInstanceSpec(Schema):
     allow_major_version_upgrade: Annotated[bool, Default(False)] = False
     """Allow a change of the major version (the image must upgrade the data)."""
     replicas: Annotated[int, Minimum(1), Maximum(9)] = 1
-    """Pods; pod 0 is the primary, the others stream from it."""
+    """Pods; one is the primary (status.currentPrimary, pod 0 at creation), the others stream
+    from it."""
     replication: PostgresInstanceSpecReplication | None = None
     storage: PostgresInstanceSpecStorage | None = None
     resources: dict[str, Any] = field(default_factory=dict)
@@ -171,8 +179,40 @@ class PostgresInstanceStatusRestore(Schema):
     """Pending, Succeeded or Failed."""
 
 
+class PostgresInstanceStatusHa(Schema):
+    """The operator's high-availability state (phase, fenced members, timestamps); a new
+    leader resumes from it."""
+
+    phase: str | None = None
+    """Bootstrap, Healthy, Fencing (a failover or switchover stopped the old primary) or
+    Promoting."""
+    fenced: list[str] = field(default_factory=list)
+    """Members that must not run as primary."""
+    timeline: Int64 | None = None
+    """The current primary's timeline."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """The rest of the state machine's record."""
+
+
 class PostgresInstanceStatus(Schema):
     """Written by the operator; never set it."""
+
+    current_primary: str | None = None
+    """The Pod that runs as primary (the <name>-primary Service selects it)."""
+    current_primary_timestamp: str | None = None
+    """When currentPrimary last changed."""
+    target_primary: str | None = None
+    """The Pod that should run as primary; "pending" while a failover or switchover has fenced
+    the old primary and not yet chosen the new one. It differs from currentPrimary only then."""
+    target_primary_timestamp: str | None = None
+    """When targetPrimary last changed."""
+    failovers: Int64 | None = None
+    """Failovers completed (the primary failed and a standby took over)."""
+    switchovers: Int64 | None = None
+    """Switchovers completed (planned, or because the primary's Pod was deleted)."""
+    last_transition_seconds: float | None = None
+    """Duration of the last failover or switchover, from its start to the new primary."""
+    ha: PostgresInstanceStatusHa | None = None
 
     endpoint: PostgresInstanceStatusEndpoint | None = None
     version: str | None = None
@@ -201,6 +241,7 @@ class PostgresInstanceStatus(Schema):
         PrinterColumn("Version", ".status.version"),
         PrinterColumn("Replicas", ".spec.replicas", "integer"),
         PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        PrinterColumn("Primary", ".status.currentPrimary"),
         PrinterColumn("Host", ".status.endpoint.host"),
         PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
     ),

@@ -30,6 +30,7 @@ from controller_runtime.resource import (
     field,
 )
 from controllers.api.postgres.group import CONVERSION, GROUP, V1ALPHA1
+from controllers.api.postgres.instance import PostgresInstanceStatusHa
 
 
 class PostgresInstanceSpecReplication(Schema):
@@ -37,6 +38,10 @@ class PostgresInstanceSpecReplication(Schema):
 
     mode: Annotated[str, Enum("async", "sync")] = "async"
     """sync waits for one standby at each commit (needs replicas > 1)."""
+    sync_policy: Annotated[str, Enum("ZeroLoss", "DegradeToAsync")] = "ZeroLoss"
+    """In sync mode, what gives way when standbys are missing (as in v1beta1)."""
+    failover_delay: Annotated[int, Minimum(0), Maximum(3600)] = 0
+    """Seconds the primary must be unhealthy before failover starts (default 0)."""
 
 
 class PostgresInstanceSpecStorage(Schema):
@@ -162,7 +167,24 @@ class PostgresInstanceStatusRestore(Schema):
 
 
 class PostgresInstanceStatus(Schema):
-    """Written by the operator; never set it."""
+    """Written by the operator; never set it. The high-availability fields are v1beta1's,
+    served here unchanged so that a v1alpha1 client reads (and keeps) them."""
+
+    current_primary: str | None = None
+    """The Pod that runs as primary (the <name>-primary Service selects it)."""
+    current_primary_timestamp: str | None = None
+    """When currentPrimary last changed."""
+    target_primary: str | None = None
+    """The Pod that should run as primary ("pending" during a failover or switchover)."""
+    target_primary_timestamp: str | None = None
+    """When targetPrimary last changed."""
+    failovers: Int64 | None = None
+    """Failovers completed."""
+    switchovers: Int64 | None = None
+    """Switchovers completed."""
+    last_transition_seconds: float | None = None
+    """Duration of the last failover or switchover."""
+    ha: PostgresInstanceStatusHa | None = None
 
     endpoint: PostgresInstanceStatusEndpoint | None = None
     version: str | None = None
@@ -192,6 +214,7 @@ class PostgresInstanceStatus(Schema):
         PrinterColumn("Version", ".status.version"),
         PrinterColumn("Replicas", ".spec.replicas", "integer"),
         PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        PrinterColumn("Primary", ".status.currentPrimary"),
         PrinterColumn("Host", ".status.endpoint.host"),
         PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
     ),

@@ -184,7 +184,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     config = await kube.live.get("v1", "ConfigMap", name="pg-config", namespace=namespace)
     assert "max_connections = '200'" in config["data"]["postgresql.conf"]
     assert "synchronous_standby_names" not in config["data"]["postgresql.conf"]
-    for service in ("pg-headless", "pg-primary"):
+    for service in ("pg-headless", "pg-primary", "pg-replicas"):
         await kube.live.get("v1", "Service", name=service, namespace=namespace)
     superuser = await kube.live.get("v1", "Secret", name="pg-superuser", namespace=namespace)
     assert set(superuser["data"]) == {"username", "password", "replication-password"}
@@ -199,6 +199,7 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
         lambda obj: "endpoint" in ((obj or {}).get("status") or {}),
     )
     assert pending is not None
+    assert pending["status"]["currentPrimary"] == pending["status"]["targetPrimary"] == "pg-0"
     assert condition(pending, "Ready")["status"] == "False"
     assert pending["status"]["endpoint"] == {"host": f"pg-primary.{namespace}.svc", "port": 5432}
 

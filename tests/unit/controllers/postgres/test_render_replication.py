@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from controllers.postgres import render
+from controllers.postgres.api import LABEL_ROLE, ROLE_REPLICA
+from controllers.postgres.instance import record_primary
 
 
 def test_entrypoint_is_valid_bash() -> None:
@@ -85,3 +87,25 @@ def test_synchronous_standby_names_follow_number_and_method(
         assert f"synchronous_standby_names = '{names}'" in conf
     else:
         assert "synchronous_standby_names" not in conf
+
+
+def test_replicas_service_selects_the_pods_labelled_replica_and_wal_log_hints_is_on() -> None:
+    instance: dict[str, Any] = {
+        "metadata": {"name": "db", "namespace": "ns"},
+        "spec": {"replicas": 3},
+    }
+    service = render.replicas_service(instance)
+    assert service["metadata"]["name"] == "db-replicas"
+    assert service["spec"]["selector"][LABEL_ROLE] == ROLE_REPLICA
+    assert "wal_log_hints = on" in render.postgresql_conf(instance["spec"])
+
+
+def test_record_primary_stamps_only_what_changed() -> None:
+    status: dict[str, Any] = {}
+    record_primary(status, "db-0")
+    assert status["currentPrimary"] == status["targetPrimary"] == "db-0"
+    status["currentPrimaryTimestamp"] = status["targetPrimaryTimestamp"] = "earlier"
+    record_primary(status, "db-0", "pending")
+    assert status["currentPrimaryTimestamp"] == "earlier"
+    assert status["targetPrimary"] == "pending"
+    assert status["targetPrimaryTimestamp"] != "earlier"
