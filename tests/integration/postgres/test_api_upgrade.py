@@ -318,17 +318,24 @@ async def _convert_and_migrate(
         assert comparable(as_alpha) == comparable(before)
         assert as_beta == {**instance_to_v1beta1(as_alpha), "metadata": as_beta["metadata"]}
     sync = await client.live.get(BETA, "PostgresInstance", name="sync", namespace=NAMESPACE)
-    assert sync["spec"]["replication"] == {"synchronous": {"number": 1, "method": "First"}}
+    # syncPolicy: the schema's default, filled in by the API server.
+    assert sync["spec"]["replication"] == {
+        "synchronous": {"number": 1, "method": "First"},
+        "syncPolicy": "ZeroLoss",
+    }
 
     # A setting only v1beta1 can say, read and written back by a v1alpha1 client.
     sync["spec"]["replication"]["synchronous"] = {"number": 2, "method": "Any"}
     sync = await client.update(sync)
     as_alpha = await client.live.get(ALPHA, "PostgresInstance", name="sync", namespace=NAMESPACE)
-    assert as_alpha["spec"]["replication"] == {"mode": "sync"}
+    assert as_alpha["spec"]["replication"] == {"mode": "sync", "syncPolicy": "ZeroLoss"}
     as_alpha["metadata"].setdefault("labels", {})["touched"] = "by-v1alpha1"
     await client.update(as_alpha)
     again = await client.live.get(BETA, "PostgresInstance", name="sync", namespace=NAMESPACE)
-    assert again["spec"]["replication"] == {"synchronous": {"number": 2, "method": "Any"}}
+    assert again["spec"]["replication"] == {
+        "synchronous": {"number": 2, "method": "Any"},
+        "syncPolicy": "ZeroLoss",
+    }
     assert SYNCHRONOUS_ANNOTATION not in (again["metadata"].get("annotations") or {})
 
     result = await migrate(client, "postgresinstances.postgres.crpy.io")
