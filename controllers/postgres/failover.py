@@ -139,6 +139,9 @@ class MemberObservation:
     pod_deleting: bool = False
     node_lost: bool = False
     """Its node is not Ready (the control plane's node-monitor grace period passed)."""
+    pod_created: float | None = None
+    """When its current Pod was created: a Pod created after the member's fence was written
+    read that fence when it started, so it is not the Pod that served as primary."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,13 +295,18 @@ def fence_confirmed(
     peer confirms it follows it). Its last such read came before the fence was written, so
     ``isolation_bound`` after the fence it has stopped, whether it reads the fence, is cut off,
     or is frozen (a frozen process commits nothing, and re-checks when it thaws). When it was
-    last *seen* says nothing: it may have served unobserved until the fence."""
+    last *seen* says nothing: it may have served unobserved until the fence. A Pod created
+    after the fence is confirmed at once: it read the fence at start."""
     if not member.pod_exists:
         return True
     if member.reachable:
         return member.role != Role.PRIMARY
     written = state.fenced_at.get(member.name)
-    return written is not None and now - written >= config.isolation_bound
+    if written is None:
+        return False
+    if member.pod_created is not None and member.pod_created > written + 1:
+        return True  # a new Pod (the creation time has whole seconds: one more to be sure)
+    return now - written >= config.isolation_bound
 
 
 def _fence(state: HAState, name: str, now: float) -> HAState:

@@ -694,3 +694,23 @@ def test_simulated_failovers_keep_the_guarantees(
     actions: list[tuple[str, int, int]], synchronous: bool, policy: SyncPolicy, grace: float
 ) -> None:
     run_world(actions, synchronous, policy, grace, 0.0)
+
+
+def test_a_pod_created_after_its_fence_is_confirmed_at_once() -> None:
+    config = HAConfig(MEMBERS)
+    lost = decide(healthy_state(), observe(10, down("db-0"), standby("db-1", source=None)), config)
+    assert lost.state.fenced_at == {"db-0": 10}
+    same_pod = observe(
+        12,
+        down("db-0", pod_created=5.0),
+        standby("db-1", source=None),
+        standby("db-2", source=None),
+    )
+    assert decide(lost.state, same_pod, config).state.phase == Phase.FENCING
+    new_pod = observe(
+        12,
+        down("db-0", pod_created=11.5),
+        standby("db-1", source=None),
+        standby("db-2", source=None),
+    )
+    assert decide(lost.state, new_pod, config).state.phase == Phase.PROMOTING
