@@ -358,8 +358,12 @@ class Manager:
         self._readyz[name] = check
 
     def request_stop(self) -> None:
-        """Begin a graceful shutdown (what SIGTERM does)."""
+        """Begin a graceful shutdown (what SIGTERM does). The webhook server, if any, stops
+        being ready at once but keeps serving for its ``shutdown_delay``
+        (:meth:`~controller_runtime.webhook.WebhookServer.begin_shutdown`)."""
         self._stop.set()
+        if self._webhook_server is not None:
+            self._webhook_server.begin_shutdown()
 
     @property
     def stopping(self) -> bool:

@@ -11,12 +11,16 @@ What is generated, and from what, is in the project's ``pyproject.toml``::
     declarations = "my_operator.permissions"        # optional: DECLARED, SECTIONS, HEADER
     leader-election-role = "config/rbac/leader-election-role.yaml"   # optional
     leader-election-role-name = "my-operator-leader-election"
+    namespace-role = "config/rbac/role.yaml"       # optional: rules in `namespace` only
+    namespace-role-name = "my-operator"
     namespace = "my-operator-system"
 
 ``declarations`` names a module with any of: ``DECLARED`` (controller name → rules it needs
 beyond its watches, for reconcilers that do not carry
 :func:`~controller_runtime.rbac.permissions` themselves), ``SECTIONS`` (rules of no one
-controller) and ``HEADER`` (the role file's comment). Paths are relative to the project.
+controller), ``HEADER`` (the role file's comment), and ``NAMESPACE_SECTIONS`` with
+``NAMESPACE_HEADER`` (the rules of the Role in the operator's own namespace,
+``namespace-role``). Paths are relative to the project.
 
 ``--check`` writes nothing and exits 1 naming what is stale: the test a project runs so that
 committed manifests and code never disagree.
@@ -55,6 +59,8 @@ class Project:
     declarations: str = ""
     leader_election_role: Path | None = None
     leader_election_role_name: str = ""
+    namespace_role: Path | None = None
+    namespace_role_name: str = ""
     namespace: str = ""
 
 
@@ -86,6 +92,8 @@ def load_project(root: Path) -> Project:
         declarations=table.get("declarations", ""),
         leader_election_role=path_of("leader-election-role"),
         leader_election_role_name=table.get("leader-election-role-name", ""),
+        namespace_role=path_of("namespace-role"),
+        namespace_role_name=table.get("namespace-role-name", ""),
         namespace=table.get("namespace", ""),
     )
     if project.resources and project.crd_dir is None:
@@ -98,6 +106,13 @@ def load_project(root: Path) -> Project:
         raise ProjectError(
             "[tool.controller-runtime]: leader-election-role needs leader-election-role-name "
             "and namespace"
+        )
+    if project.namespace_role is not None and not (
+        project.namespace_role_name and project.namespace and project.declarations
+    ):
+        raise ProjectError(
+            "[tool.controller-runtime]: namespace-role needs namespace-role-name, namespace "
+            "and declarations (with NAMESPACE_SECTIONS)"
         )
     return project
 
@@ -136,6 +151,19 @@ async def generate(project: Project) -> tuple[dict[Path, dict[str, str]], dict[P
         ]
         files[project.role] = rbac.cluster_role(
             project.role_name, controllers, sections=sections, header=header
+        )
+    if project.namespace_role is not None:
+        module = importlib.import_module(project.declarations)
+        namespace_sections: Sequence[rbac.Section] = getattr(module, "NAMESPACE_SECTIONS", ())
+        if not namespace_sections:
+            raise ProjectError(
+                f"{project.declarations} has no NAMESPACE_SECTIONS for namespace-role"
+            )
+        files[project.namespace_role] = rbac.namespace_role(
+            project.namespace_role_name,
+            project.namespace,
+            namespace_sections,
+            header=getattr(module, "NAMESPACE_HEADER", ""),
         )
     if project.leader_election_role is not None:
         files[project.leader_election_role] = rbac.leader_election_role(

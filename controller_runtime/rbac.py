@@ -21,7 +21,11 @@ verbs, resources and verbs sorted, so the output is deterministic.
 
 Resources are named as ``kubectl`` does: ``"configmaps"`` (the core group),
 ``"statefulsets.apps"``, ``"leases.coordination.k8s.io"``, optionally with a subresource
-(``"tasks.tasks.crpy.io/status"``), or by a resource class.
+(``"tasks.tasks.crpy.io/status"``), or by a resource class. ``names=`` restricts a rule to
+named objects (RBAC's ``resourceNames``), for the verbs that can be restricted so:
+``allow("secrets", "get", "update", names=["webhook-certs"], why=...)``.
+:func:`namespace_role` renders rules that belong in the operator's own namespace only (a
+Role, not the ClusterRole).
 
 Caveats: a controller that starts watches later (from inside a reconcile) is not seen; a
 builtin kind whose plural does not follow the API's rule (``Endpoints``) needs an explicit
@@ -57,6 +61,7 @@ __all__ = [
     "allow",
     "cluster_role",
     "leader_election_role",
+    "namespace_role",
     "permissions",
     "permissions_of",
     "record",
@@ -70,24 +75,33 @@ Setup = Callable[[Manager], Awaitable[object]]
 F = TypeVar("F")
 
 _VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+UNRESTRICTABLE_BY_NAME = frozenset({"create", "list", "watch", "deletecollection"})
+"""Verbs ``resourceNames`` cannot restrict: a create names no object yet when it is
+authorised, and a list, watch or deletecollection is unrestricted unless a field selector
+names one object. A rule combining them with names looks narrower than it is."""
 
 
 @dataclass(frozen=True, order=True)
 class Rule:
-    """One policy rule: ``verbs`` on ``resources`` of API group ``group`` (``""``: core).
-    ``why`` becomes a comment above it."""
+    """One policy rule: ``verbs`` on ``resources`` of API group ``group`` (``""``: core),
+    only on the objects named ``resource_names`` when there are any. ``why`` becomes a
+    comment above it."""
 
     group: str
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     why: str = field(default="", compare=False)
+    resource_names: tuple[str, ...] = ()
 
     def document(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "apiGroups": [self.group],
             "resources": list(self.resources),
-            "verbs": list(self.verbs),
         }
+        if self.resource_names:
+            document["resourceNames"] = list(self.resource_names)
+        document["verbs"] = list(self.verbs)
+        return document
 
 
 def _sorted_verbs(verbs: Iterable[str]) -> tuple[str, ...]:
@@ -97,11 +111,23 @@ def _sorted_verbs(verbs: Iterable[str]) -> tuple[str, ...]:
 
 
 def allow(
-    target: type[Resource] | str, *verbs: str, subresource: str | None = None, why: str = ""
+    target: type[Resource] | str,
+    *verbs: str,
+    subresource: str | None = None,
+    names: Iterable[str] = (),
+    why: str = "",
 ) -> Rule:
-    """A rule granting ``verbs`` on one resource: a class, or ``plural[.group][/sub]``."""
+    """A rule granting ``verbs`` on one resource: a class, or ``plural[.group][/sub]``;
+    only on the objects ``names`` when given (``ValueError`` for a verb names cannot
+    restrict, see :data:`UNRESTRICTABLE_BY_NAME`)."""
     if not verbs:
         raise ValueError("allow(...) needs at least one verb")
+    resource_names = tuple(sorted(set(names)))
+    unrestricted = sorted(UNRESTRICTABLE_BY_NAME & set(verbs))
+    if resource_names and unrestricted:
+        raise ValueError(
+            f"resourceNames do not restrict {unrestricted}: grant them in a rule without names"
+        )
     if isinstance(target, str):
         resource, _, sub = target.partition("/")
         plural, _, group = resource.partition(".")
@@ -112,7 +138,7 @@ def allow(
         info = resource_info(target)
         plural, group = info.plural, info.group
     name = f"{plural}/{subresource}" if subresource else plural
-    return Rule(group, (name,), _sorted_verbs(verbs), why)
+    return Rule(group, (name,), _sorted_verbs(verbs), why, resource_names)
 
 
 def permissions(*rules: Rule) -> Callable[[F], F]:
@@ -263,21 +289,22 @@ def _controller_permissions(controller: Controller) -> ControllerPermissions:
 
 
 def _merged(rules: Iterable[Rule]) -> list[Rule]:
-    """Rules with the same group and verbs merged (resources sorted), reasons joined, in the
-    order they first appear; main resources and subresources kept apart (a rule names one
-    or the other)."""
-    merged: dict[tuple[str, tuple[str, ...], bool], tuple[list[str], list[str]]] = {}
+    """Rules with the same group, verbs and names merged (resources sorted), reasons joined,
+    in the order they first appear; main resources and subresources kept apart (a rule names
+    one or the other)."""
+    merged: dict[tuple[str, tuple[str, ...], bool, tuple[str, ...]], tuple[list[str], list[str]]]
+    merged = {}
     for rule in rules:
         for resource in rule.resources:
-            key = (rule.group, rule.verbs, "/" in resource)
+            key = (rule.group, rule.verbs, "/" in resource, rule.resource_names)
             resources, reasons = merged.setdefault(key, ([], []))
             if resource not in resources:
                 resources.append(resource)
             if rule.why and rule.why not in reasons:
                 reasons.append(rule.why)
     return [
-        Rule(group, tuple(sorted(resources)), verbs, "; ".join(reasons))
-        for (group, verbs, _), (resources, reasons) in merged.items()
+        Rule(group, tuple(sorted(resources)), verbs, "; ".join(reasons), names)
+        for (group, verbs, _, names), (resources, reasons) in merged.items()
     ]
 
 
@@ -289,6 +316,8 @@ def _rule_lines(rule: Rule) -> list[str]:
     lines = [f"  # {line}" for line in textwrap.wrap(rule.why, 94)] if rule.why else []
     lines.append(f"  - apiGroups: {_flow([rule.group])}")
     lines.append(f"    resources: {_flow(rule.resources)}")
+    if rule.resource_names:
+        lines.append(f"    resourceNames: {_flow(rule.resource_names)}")
     lines.append(f"    verbs: {_flow(rule.verbs)}")
     return lines
 
@@ -317,6 +346,14 @@ def leader_election_role(name: str, namespace: str, *, header: str = "") -> str:
         why="read the Lease, create it when missing, update it to acquire, renew, release",
     )
     return _role("Role", name, namespace, [], [Section("leader election", (rule,))], header, None)
+
+
+def namespace_role(
+    name: str, namespace: str, sections: Sequence[Section], *, header: str = ""
+) -> str:
+    """A Role ``name`` in ``namespace`` granting the rules of ``sections``: what the operator
+    does only in its own namespace (its webhook certificates' Secret, ...). Deterministic."""
+    return _role("Role", name, namespace, [], sections, header, None)
 
 
 def _role(  # noqa: PLR0917 (private; both callers name what they pass)

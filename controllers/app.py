@@ -81,13 +81,23 @@ def busy_port_message(settings: OperatorSettings, *, metrics_started: bool) -> s
     )
 
 
-def _lease_namespace(settings: OperatorSettings, config: ClusterConfig) -> str:
-    if settings.leader_election_namespace:
-        return settings.leader_election_namespace
+def _own_namespace(given: str | None, config: ClusterConfig) -> str:
+    """``given``, else the Pod's namespace in a cluster, else ``default``."""
+    if given:
+        return given
     namespace_file = SERVICE_ACCOUNT_DIR / "namespace"
     if config.source == "in-cluster" and namespace_file.is_file():
         return namespace_file.read_text().strip()
     return "default"
+
+
+def _lease_namespace(settings: OperatorSettings, config: ClusterConfig) -> str:
+    return _own_namespace(settings.leader_election_namespace, config)
+
+
+def webhook_namespace(settings: OperatorSettings, config: ClusterConfig) -> str:
+    """Where the webhook Services and the certificates' Secret are."""
+    return _own_namespace(settings.webhook_namespace, config)
 
 
 def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
@@ -114,8 +124,13 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
     if settings.webhook_port:
         from controller_runtime.webhook import WebhookServer  # noqa: PLC0415
 
+        service = settings.webhook_services[0]
         webhook_server = WebhookServer(
-            port=settings.webhook_port, cert_dir=settings.webhook_cert_dir
+            port=settings.webhook_port,
+            cert_dir=settings.webhook_cert_dir,
+            handler_timeout=settings.webhook_handler_timeout,
+            shutdown_delay=settings.webhook_shutdown_delay,
+            service_hostname=f"{service}.{webhook_namespace(settings, config)}.svc",
         )
     return Manager(
         config,
@@ -137,11 +152,49 @@ async def setup_controllers(manager: Manager, settings: OperatorSettings) -> Non
     for name in settings.controllers:
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
         await CONTROLLERS[name](manager, ControllerOptions(max_concurrent_reconciles=workers))
-    if settings.webhook_port:
-        # The PostgreSQL API's webhooks (and the PostgreSQL code they import) only when asked.
-        from controllers.postgres.webhooks import setup_webhooks  # noqa: PLC0415
+    setup_webhooks(manager, settings)
 
-        setup_webhooks(manager, settings.controllers)
+
+def setup_webhooks(manager: Manager, settings: OperatorSettings) -> None:
+    """With ``--webhook-port``: the PostgreSQL API's webhooks, and where their certificate
+    comes from (``--webhook-certificates``). Self-managed: the leader keeps a CA and the
+    serving certificate in ``--webhook-secret`` and writes the CA into the configuration
+    ``--webhook-configuration`` and the CRDs ``--webhook-conversion-crds``; every replica
+    serves the Secret's certificate. Certificate directory: the files are served as they
+    change. Either way the server is ready only once those objects' caBundle values trust
+    its certificate (:class:`~controller_runtime.webhook.InjectedCABundles`)."""
+    if not settings.webhook_port:
+        return
+    # The PostgreSQL API's webhooks (and the PostgreSQL code they import) only when asked.
+    from controller_runtime.webhook import InjectedCABundles  # noqa: PLC0415
+    from controller_runtime.webhook.selfmanaged import (  # noqa: PLC0415
+        SelfManagedCertificates,
+        service_hosts,
+    )
+    from controllers.postgres.webhooks import setup_webhooks as setup_postgres  # noqa: PLC0415
+
+    setup_postgres(manager, settings.controllers)
+    namespace = webhook_namespace(settings, manager.config)
+    configurations = [settings.webhook_configuration] if settings.webhook_configuration else []
+    service, *other_services = settings.webhook_services
+    if settings.webhook_certificates == "self-managed":
+        SelfManagedCertificates(
+            secret=(settings.webhook_secret, namespace),
+            service=(service, namespace),
+            mutating_configurations=configurations,
+            validating_configurations=configurations,
+            conversion_crds=settings.webhook_conversion_crds,
+            extra_hosts=[
+                *(host for name in other_services for host in service_hosts(name, namespace)),
+                *settings.webhook_extra_hosts,
+            ],
+        ).install(manager)
+    elif configurations or settings.webhook_conversion_crds:
+        InjectedCABundles(
+            mutating_configurations=configurations,
+            validating_configurations=configurations,
+            conversion_crds=settings.webhook_conversion_crds,
+        ).install(manager)
 
 
 # One exit status per way the operator can end, each with its own message.

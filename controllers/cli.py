@@ -24,6 +24,15 @@ them; a test keeps the two in step)."""
 
 ENABLED_BY_DEFAULT: tuple[str, ...] = KNOWN_CONTROLLERS
 
+WEBHOOK_CERTIFICATES = ("cert-dir", "self-managed")
+"""Where the webhook server's certificate comes from (``--webhook-certificates``)."""
+WEBHOOK_SECRET = "crpy-operator-webhook-certs"
+WEBHOOK_SERVICES: tuple[str, ...] = ("crpy-operator-webhook", "crpy-operator-conversion")
+WEBHOOK_CONFIGURATION = "crpy-operator"
+CONVERSION_CRDS: tuple[str, ...] = ("postgresinstances.postgres.crpy.io",)
+"""The defaults of the webhook flags: the names ``manifests/`` gives these objects (and
+``controllers/permissions.py`` grants access to, by name)."""
+
 
 @dataclass(frozen=True)
 class OperatorSettings:
@@ -44,6 +53,15 @@ class OperatorSettings:
     health_probe_bind_address: str | None = "127.0.0.1:8081"
     webhook_port: int = 0
     webhook_cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
+    webhook_certificates: str = "cert-dir"
+    webhook_namespace: str | None = None
+    webhook_secret: str = WEBHOOK_SECRET
+    webhook_services: tuple[str, ...] = WEBHOOK_SERVICES
+    webhook_extra_hosts: tuple[str, ...] = ()
+    webhook_configuration: str = WEBHOOK_CONFIGURATION
+    webhook_conversion_crds: tuple[str, ...] = CONVERSION_CRDS
+    webhook_handler_timeout: float = 4.0
+    webhook_shutdown_delay: float = 5.0
     controllers: tuple[str, ...] = ENABLED_BY_DEFAULT
     max_concurrent_reconciles: int = 2
     concurrency: dict[str, int] = field(default_factory=dict)
@@ -66,6 +84,17 @@ def _seconds(value: str) -> float:
     if number <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
     return number
+
+
+def _seconds_or_zero(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
+    return number
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in value.split(",") if name.strip())
 
 
 def _concurrency(value: str) -> tuple[str, int]:
@@ -156,11 +185,88 @@ def parser(
         help="serve the PostgreSQL API's admission and conversion webhooks on this port, on "
         "every replica (manifests/ use 9443); 0 serves none (default: %(default)s)",
     )
-    serving.add_argument(
+    webhooks = p.add_argument_group(
+        "webhooks (with --webhook-port; docs/deploy.md, 'Webhook certificates')"
+    )
+    webhooks.add_argument(
+        "--webhook-certificates",
+        choices=WEBHOOK_CERTIFICATES,
+        default="cert-dir",
+        help="where the serving certificate comes from: cert-dir reads --webhook-cert-dir "
+        "(e.g. a cert-manager Certificate's Secret mounted there); self-managed keeps a CA and "
+        "the certificate in the Secret --webhook-secret, created and rotated by the leader, "
+        "and writes the CA into the webhook configurations and the CRDs' conversion "
+        "(default: %(default)s; manifests/ use self-managed)",
+    )
+    webhooks.add_argument(
         "--webhook-cert-dir",
         default="/tmp/k8s-webhook-server/serving-certs",
-        help="directory with the webhook's tls.crt and tls.key (and ca.crt), re-read when they "
-        "change, e.g. a cert-manager Secret mounted there (default: %(default)s)",
+        help="cert-dir: directory with the webhook's tls.crt and tls.key (and ca.crt), re-read "
+        "when they change (default: %(default)s)",
+    )
+    webhooks.add_argument(
+        "--webhook-namespace",
+        metavar="NS",
+        help="namespace of the webhook Services and of the certificates' Secret (default: the "
+        "Pod's namespace in a cluster, else default)",
+    )
+    webhooks.add_argument(
+        "--webhook-secret",
+        default=WEBHOOK_SECRET,
+        metavar="NAME",
+        help="self-managed: the Secret holding the CA and the serving certificate "
+        "(default: %(default)s)",
+    )
+    webhooks.add_argument(
+        "--webhook-services",
+        type=_names,
+        default=",".join(WEBHOOK_SERVICES),
+        metavar="NAME,...",
+        help="the Services the API server calls the webhooks through: the certificate is made "
+        "for (self-managed) and checked against (readiness) <name>.<namespace>.svc of the "
+        "first; the others are added to a self-managed certificate (default: %(default)s)",
+    )
+    webhooks.add_argument(
+        "--webhook-extra-hosts",
+        type=_names,
+        default="",
+        metavar="HOST,...",
+        help="self-managed: more names or IP addresses for the certificate, e.g. 127.0.0.1 "
+        "when the API server calls a process outside the cluster by URL (default: none)",
+    )
+    webhooks.add_argument(
+        "--webhook-configuration",
+        default=WEBHOOK_CONFIGURATION,
+        metavar="NAME",
+        help="the Validating- and MutatingWebhookConfiguration of these webhooks: readiness "
+        "requires their caBundle to trust the certificate; self-managed writes the CA there "
+        "(default: %(default)s; empty: none)",
+    )
+    webhooks.add_argument(
+        "--webhook-conversion-crds",
+        type=_names,
+        default=",".join(CONVERSION_CRDS),
+        metavar="CRD,...",
+        help="CRDs whose conversion webhook is this server: as --webhook-configuration, for "
+        "their spec.conversion.webhook.clientConfig.caBundle (default: %(default)s)",
+    )
+    webhooks.add_argument(
+        "--webhook-handler-timeout",
+        type=_seconds,
+        default=4.0,
+        metavar="SECONDS",
+        help="longest a review may take before it is answered with a 500 and its reason; "
+        "keep it under the configurations' timeoutSeconds (5 in manifests/) so the reason "
+        "reaches the API server (default: %(default)s)",
+    )
+    webhooks.add_argument(
+        "--webhook-shutdown-delay",
+        type=_seconds_or_zero,
+        default=5.0,
+        metavar="SECONDS",
+        help="after SIGTERM, keep answering reviews this long (not ready, every answer "
+        "'Connection: close') before the port closes, while the Service's endpoints and "
+        "kube-proxy stop sending new connections here (default: %(default)s)",
     )
     work = p.add_argument_group("controllers")
     work.add_argument(
@@ -230,6 +336,8 @@ def settings_from(
             f"--controllers: unknown {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(KNOWN_CONTROLLERS)}"
         )
+    if args.webhook_port and not _as_names(args.webhook_services):
+        p.error("--webhook-services: name at least the Service the API server calls")
     if (
         args.leader_elect or args.shard_ring
     ) and not args.lease_duration > args.renew_deadline > 1.2 * args.retry_period:
@@ -250,6 +358,15 @@ def settings_from(
         health_probe_bind_address=args.health_probe_bind_address,
         webhook_port=args.webhook_port,
         webhook_cert_dir=args.webhook_cert_dir,
+        webhook_certificates=args.webhook_certificates,
+        webhook_namespace=args.webhook_namespace,
+        webhook_secret=args.webhook_secret,
+        webhook_services=_as_names(args.webhook_services),
+        webhook_extra_hosts=_as_names(args.webhook_extra_hosts),
+        webhook_configuration=args.webhook_configuration,
+        webhook_conversion_crds=_as_names(args.webhook_conversion_crds),
+        webhook_handler_timeout=args.webhook_handler_timeout,
+        webhook_shutdown_delay=args.webhook_shutdown_delay,
         controllers=tuple(enabled),
         max_concurrent_reconciles=args.max_concurrent_reconciles,
         concurrency=dict(args.concurrency),
@@ -259,3 +376,9 @@ def settings_from(
         log_level=args.log_level,
         log_format=args.log_format,
     )
+
+
+def _as_names(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    # argparse applies ``type`` to a string default too, but not to a default that is a
+    # tuple already: accept both.
+    return _names(value) if isinstance(value, str) else tuple(value)

@@ -43,14 +43,23 @@ FORBIDDEN_RESOURCES = frozenset(
     {
         "serviceaccounts/token",
         "nodes/proxy",
-        "mutatingwebhookconfigurations",
-        "validatingwebhookconfigurations",
         "mutatingadmissionpolicies",
         "validatingadmissionpolicies",
         "certificatesigningrequests/approval",
     }
 )
 """Resources an operator's role must never name (privilege escalation paths)."""
+
+NAMED_ONLY: dict[str, frozenset[str]] = {
+    "mutatingwebhookconfigurations": frozenset({"get", "update"}),
+    "validatingwebhookconfigurations": frozenset({"get", "update"}),
+    "customresourcedefinitions": frozenset({"get", "update"}),
+}
+"""Resources a role may name only with ``resourceNames`` and only these verbs: what the
+webhook certificates need (read the ``caBundle``, write it with a conditioned update) on the
+operator's own configurations and CRDs. A rule on any such object, or with any other verb
+(create, patch, delete, list, watch), could point the API server's admission or conversion
+calls elsewhere, or remove them."""
 
 UNRESTRICTABLE_BY_NAME = frozenset({"create", "list", "watch", "deletecollection"})
 """Verbs that ``resourceNames`` cannot restrict (the name is not known when authorising a
@@ -341,6 +350,14 @@ def rbac_problems(documents: Iterable[Mapping[str, Any]]) -> list[str]:
                 problems.append(f"{at}: {sorted(ESCALATING_VERBS & set(verbs))} escalate privilege")
             if FORBIDDEN_RESOURCES & set(resources):
                 problems.append(f"{at}: {sorted(FORBIDDEN_RESOURCES & set(resources))}")
+            for resource in sorted(NAMED_ONLY.keys() & set(resources)):
+                if not rule.get("resourceNames"):
+                    problems.append(f"{at}: {resource} on any object; name them (resourceNames)")
+                beyond = sorted(set(verbs) - NAMED_ONLY[resource])
+                if beyond:
+                    problems.append(
+                        f"{at}: {beyond} on {resource} (only {sorted(NAMED_ONLY[resource])})"
+                    )
             subresources = [r for r in resources if "/" in r]
             if subresources and len(subresources) != len(resources):
                 problems.append(

@@ -14,7 +14,8 @@ Modules: :mod:`.admission` (the request, :class:`Defaulter`, :class:`Validator`,
 :class:`Spoke`, the ConversionReview), :mod:`.server` (:class:`WebhookServer`: what each
 request is answered, metrics, draining), :mod:`.tls` (hot-reloaded serving certificates),
 :mod:`.builder` (:class:`WebhookBuilder`), :mod:`.selfmanaged` (certificates the leader creates,
-injects and rotates; :mod:`.rotation` its decisions) and :mod:`.jsonpatch` (the defaulter's patch).
+injects and rotates; :mod:`.rotation` its decisions), :mod:`.trust` (readiness against the
+``caBundle`` values the API server holds) and :mod:`.jsonpatch` (the defaulter's patch).
 """
 
 from controller_runtime.webhook.admission import (
@@ -43,6 +44,7 @@ from controller_runtime.webhook.server import (
     default_paths,
 )
 from controller_runtime.webhook.tls import DEFAULT_CERT_DIR, CertificateError, ServingPair
+from controller_runtime.webhook.trust import InjectedCABundles
 
 __all__ = [
     "CONVERT_PATH",
@@ -57,6 +59,7 @@ __all__ = [
     "Defaulter",
     "Denied",
     "HubConverter",
+    "InjectedCABundles",
     "MalformedReviewError",
     "RotationPolicy",
     "SelfManagedCertificates",

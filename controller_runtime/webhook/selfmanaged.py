@@ -21,10 +21,19 @@ Two runnables do the work (:meth:`SelfManagedCertificates.install` adds both):
   ``spec.conversion.webhook.clientConfig``), and records when that was done. It looks again
   when the next step is due, and at least every ``check_interval`` (60 s), so a webhook
   added to a configuration later, or a ``caBundle`` someone overwrote, gets the bundle back.
-* the **reloader** (every replica) reads the Secret every ``reload_interval`` (10 s) and
-  serves its certificate (:class:`~controller_runtime.webhook.tls.ServingTLS`: new
-  connections get it at once, open ones keep theirs); the server's readiness then trusts the
-  Secret's bundle, and checks the certificate is valid for ``<service>.<namespace>.svc``.
+* the **reloader** (every replica) reads the Secret every ``reload_interval`` (10 s; every
+  second until it first found one) and serves its certificate
+  (:class:`~controller_runtime.webhook.tls.ServingTLS`: new connections get it at once, open
+  ones keep theirs). When there are no certificates anywhere yet (no Secret, and no target
+  with a ``caBundle``: a first install, or an upgrade from a release without webhooks), any
+  replica creates them and fills the empty ``caBundle`` values itself, without waiting for a
+  leader: a replica whose caches can only sync through its own conversion webhook (objects
+  stored in another version) would otherwise wait for a leader that waits for it. It never
+  replaces a bundle: rotation stays the leader's.
+* the **caBundle reader** (every replica,
+  :class:`~controller_runtime.webhook.trust.InjectedCABundles`) makes the server's readiness
+  follow the ``caBundle`` values the targets actually hold, and the certificate's validity for
+  ``<service>.<namespace>.svc``.
 
 The Secret is of type ``kubernetes.io/tls``: ``tls.crt``/``tls.key`` (the serving pair),
 ``ca.crt`` (the bundle, newest CA first; cert-manager's layout, so the Secret may also be
@@ -38,17 +47,17 @@ Needs the ``cryptography`` package (``pip install controller-runtime-py[webhook]
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import datetime
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from controller_runtime.webhook._loop import Loop
 from controller_runtime.webhook.rotation import (
     Authority,
     Leaf,
@@ -60,6 +69,14 @@ from controller_runtime.webhook.rotation import (
     transition,
 )
 from controller_runtime.webhook.tls import CertificateError, ServingPair
+from controller_runtime.webhook.trust import (
+    CABundleReader,
+    InjectedCABundles,
+    Target,
+    bundles_of,
+    client_configs,
+    targets,
+)
 
 if TYPE_CHECKING:
     from controller_runtime.client import Client
@@ -372,87 +389,74 @@ class SelfManagedCertificates:
     def hosts(self) -> frozenset[str]:
         return frozenset([*service_hosts(*self.service), *self.extra_hosts])
 
+    @property
+    def targets(self) -> list[Target]:
+        """Every object whose ``caBundle`` is kept equal to the Secret's bundle."""
+        return targets(
+            self.mutating_configurations, self.validating_configurations, self.conversion_crds
+        )
+
     def install(self, manager: Manager) -> tuple[CertificateRotator, CertificateReloader]:
         """Serve the Secret's certificate from ``manager.webhook_server`` (its certificate
-        directory is no longer watched) and add the rotator and the reloader."""
+        directory is no longer watched), and add the rotator, the reloader and (when any
+        target is named) the caBundle reader behind its readiness."""
         self.policy.check(self.reload_interval)
         server = manager.webhook_server
         server.use_external_certificates()
         server.service_hostname = f"{self.service[0]}.{self.service[1]}.svc"
-        reloader = CertificateReloader(self, manager.client, server)
-        rotator = CertificateRotator(self, manager.client, on_write=reloader.poke)
+        rotator = CertificateRotator(self, manager.client)
+        reloader = CertificateReloader(self, manager.client, server, bootstrap=rotator.bootstrap)
+        rotator.on_write = reloader.poke
         manager.add(rotator)
         manager.add(reloader)
+        if self.targets:
+            bundles = InjectedCABundles(
+                mutating_configurations=self.mutating_configurations,
+                validating_configurations=self.validating_configurations,
+                conversion_crds=self.conversion_crds,
+                interval=self.reload_interval,
+            )
+            reader = CABundleReader(bundles, manager.client, server)
+            rotator.on_inject = reader.poke
+            manager.add(reader)
         return rotator, reloader
 
 
-class _Loop:
-    """A task that runs ``_once`` now and then, until stopped; ``poke`` runs it at once."""
-
-    name = "loop"
-
-    def __init__(self) -> None:
-        self._task: asyncio.Task[None] | None = None
-        self._poked = asyncio.Event()
-
-    def poke(self) -> None:
-        self._poked.set()
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=self.name)
-
-    async def stop(self, drain_timeout: float | None) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        failures = 0
-        while True:
-            try:
-                delay = await self._once()
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                failures += 1
-                delay = min(0.5 * 2 ** (failures - 1), 30.0)
-                log.warning(
-                    "%s failed (%s: %s); again in %.1fs", self.name, type(err).__name__, err, delay
-                )
-            self._poked.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(delay, 0.0)):
-                    await self._poked.wait()
-
-    async def _once(self) -> float:
-        raise NotImplementedError
-
-
-class CertificateReloader(_Loop):
+class CertificateReloader(Loop):
     """Every replica: serve the Secret's certificate, trust its bundle for readiness."""
 
     need_leader_election = False
     name = "webhook-certificate-reloader"
 
     def __init__(
-        self, config: SelfManagedCertificates, client: Client, server: WebhookServer
+        self,
+        config: SelfManagedCertificates,
+        client: Client,
+        server: WebhookServer,
+        *,
+        bootstrap: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         super().__init__()
         self.config, self.client, self.server = config, client, server
+        self.bootstrap = bootstrap
+        """Creates the certificates when there are none anywhere (the rotator's
+        :meth:`~CertificateRotator.bootstrap`); ``None``: wait for the leader."""
+
+    def __repr__(self) -> str:
+        return f"CertificateReloader({self.config.secret[1]}/{self.config.secret[0]})"
 
     async def _once(self) -> float:
         name, namespace = self.config.secret
         from controller_runtime.errors import NotFoundError  # noqa: PLC0415
 
+        waiting = min(1.0, self.config.reload_interval)  # until a first pair is served
         try:
             secret = await self.client.live.get("v1", "Secret", name=name, namespace=namespace)
         except NotFoundError:
-            log.info("webhook certificates: waiting for the Secret %s/%s", namespace, name)
-            return self.config.reload_interval
+            if self.bootstrap is None or not await self.bootstrap():
+                log.info("webhook certificates: waiting for the Secret %s/%s", namespace, name)
+                return waiting if self.server.tls.pair is None else self.config.reload_interval
+            secret = await self.client.live.get("v1", "Secret", name=name, namespace=namespace)
         data = secret.get("data") or {}
         cert, key, bundle = (_decode(data, k) for k in ("tls.crt", "tls.key", "ca.crt"))
         if cert and key:
@@ -462,10 +466,10 @@ class CertificateReloader(_Loop):
                 log.warning("webhook certificates: %s; keeping the current pair", err)
         if bundle:
             self.server.trust_bundle = bundle
-        return self.config.reload_interval
+        return self.config.reload_interval if self.server.tls.pair is not None else waiting
 
 
-class CertificateRotator(_Loop):
+class CertificateRotator(Loop):
     """The leader: create and rotate the Secret's certificates, inject the bundle."""
 
     need_leader_election = True
@@ -482,6 +486,8 @@ class CertificateRotator(_Loop):
         super().__init__()
         self.config, self.client = config, client
         self.on_write = on_write
+        self.on_inject: Callable[[], None] | None = None
+        """Called after a bundle was written to a target (the caBundle reader's poke)."""
         self.clock = clock
         self.steps: list[Step] = []
         """Every step taken but ``NONE``, in order (for tests and logs)."""
@@ -552,35 +558,88 @@ class CertificateRotator(_Loop):
         if self.on_write is not None:
             self.on_write()
 
-    async def _inject(self, bundle: bytes) -> None:
+    def __repr__(self) -> str:
+        return f"CertificateRotator({self.config.secret[1]}/{self.config.secret[0]})"
+
+    async def bootstrap(self) -> bool:
+        """Create the certificates if there are none anywhere: no Secret, and no ``caBundle``
+        in any target (a missing target counts as empty). Then fill the empty ``caBundle``
+        values; a non-empty one is never touched (that is the leader's :meth:`_once`). Any
+        replica may call it: the Secret is created, never overwritten, so of two replicas
+        that try at once one wins and the other reads the winner's. True when this call
+        created them."""
+        from controller_runtime.errors import AlreadyExistsError, NotFoundError  # noqa: PLC0415
+
+        name, namespace = self.config.secret
+        try:
+            await self.client.live.get("v1", "Secret", name=name, namespace=namespace)
+        except NotFoundError:
+            pass
+        else:
+            return False
+        for target in self.config.targets:
+            try:
+                obj = await self.client.live.get(target.api_version, target.kind, name=target.name)
+            except NotFoundError:
+                continue
+            if any(bundles_of(obj)):
+                log.info(
+                    "webhook certificates: no Secret %s/%s, but %s holds a caBundle: "
+                    "waiting for the leader to create the certificates",
+                    namespace,
+                    name,
+                    target,
+                )
+                return False
+        stored = _Stored(None)
+        mint = _Mint(stored.known)
+        now, policy, hosts = self.clock(), self.config.policy, self.config.hosts
+        state = transition(
+            None,
+            Step.CREATE,
+            now,
+            policy,
+            hosts,
+            new_authority=mint.authority,
+            new_leaf=mint.leaf,
+        )
+        assert state is not None
+        try:
+            await self._write(stored, state)
+        except AlreadyExistsError:
+            return False
+        log.info("webhook certificates: created (serving %s)", state.serving.id)
+        await self._inject(self._bundle(stored, state), only_empty=True)
+        return True
+
+    async def _inject(self, bundle: bytes, *, only_empty: bool = False) -> None:
+        """Write ``bundle`` into every target's ``caBundle`` (``only_empty``: only where
+        there is none; missing targets are then skipped too)."""
+        from controller_runtime.errors import NotFoundError  # noqa: PLC0415
+
         encoded = _b64(bundle)
-        group = "admissionregistration.k8s.io/v1"
-        for kind, names in (
-            ("MutatingWebhookConfiguration", self.config.mutating_configurations),
-            ("ValidatingWebhookConfiguration", self.config.validating_configurations),
-        ):
-            for config_name in names:
-                obj = await self.client.live.get(group, kind, name=config_name)
-                changed = False
-                for webhook in obj.get("webhooks") or []:
-                    client_config = webhook.setdefault("clientConfig", {})
-                    if client_config.get("caBundle") != encoded:
-                        client_config["caBundle"] = encoded
-                        changed = True
-                if changed:
-                    await self.client.update(obj)
-        for crd_name in self.config.conversion_crds:
-            crd = await self.client.live.get(
-                "apiextensions.k8s.io/v1", "CustomResourceDefinition", name=crd_name
-            )
-            webhook = ((crd.get("spec") or {}).get("conversion") or {}).get("webhook")
-            if webhook is None:
+        for target in self.config.targets:
+            try:
+                obj = await self.client.live.get(target.api_version, target.kind, name=target.name)
+            except NotFoundError:
+                if only_empty:
+                    continue
+                raise
+            configs = client_configs(obj)
+            if not configs and target.kind == "CustomResourceDefinition":
                 log.warning(
                     "webhook certificates: the CRD %s has no webhook conversion to inject into",
-                    crd_name,
+                    target.name,
                 )
                 continue
-            client_config = webhook.setdefault("clientConfig", {})
-            if client_config.get("caBundle") != encoded:
-                client_config["caBundle"] = encoded
-                await self.client.update(crd)
+            changed = False
+            for client_config in configs:
+                if only_empty and client_config.get("caBundle"):
+                    continue
+                if client_config.get("caBundle") != encoded:
+                    client_config["caBundle"] = encoded
+                    changed = True
+            if changed:
+                await self.client.update(obj)
+                if self.on_inject is not None:
+                    self.on_inject()

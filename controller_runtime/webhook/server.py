@@ -14,10 +14,16 @@ not ``application/json``, not JSON, not a review   400 with what is wrong
 body over ``max_request_bytes`` (7 MiB)            413
 a path nothing is registered at                    404
 the handler raised (not :class:`Denied`)           500 with the exception's type and message
-the handler ran over ``handler_timeout`` (9 s)     500 saying so (not 504: the API server
+the handler ran over its time (below)              500 saying so (not 504: the API server
                                                    reports a 504 as its own timeout and
                                                    drops the reason)
 =================================================  =============================================
+
+A handler's time is ``handler_timeout`` (9 s), and never more than the API server waits:
+the API server sends the time it allows (its ``timeoutSeconds``, rounded up to a second) as
+the ``timeout`` query parameter, and the handler gets that less a margin (1 s, or half of
+it when it is under 2 s). So the API server receives the 500 and its reason, not a timeout
+of its own, whatever the configuration's ``timeoutSeconds``.
 
 A 500 is a failed call to the API server, so the webhook configuration's
 ``failurePolicy`` decides (``Fail`` refuses the request with the body's reason, ``Ignore``
@@ -27,9 +33,20 @@ Metrics (controller-runtime's names, ``webhook`` = the path):
 ``controller_runtime_webhook_latency_seconds``, ``controller_runtime_webhook_requests_total``
 (with ``code``) and ``controller_runtime_webhook_requests_in_flight``.
 
-Stopping (SIGTERM): the listener closes (no new connection), reviews in flight finish for up
-to the drain timeout the manager gives (its ``graceful_shutdown_timeout``), then idle
-keep-alive connections are closed, so the API server's next call goes to another replica.
+Stopping (SIGTERM), in this order:
+
+1. :meth:`WebhookServer.begin_shutdown` (the manager calls it when the stop is requested):
+   readiness turns false, and every answer from now on says ``Connection: close``, so the
+   API server opens its next connection anew, through the Service, to a replica still in it.
+2. For ``shutdown_delay`` seconds from then (0 by default; at most the drain timeout) the
+   listener stays open and reviews are answered as usual: the Service's endpoints and each
+   node's forwarding rules (kube-proxy) drop a terminating Pod a second or two after it
+   began terminating, and until they do, new connections still arrive here. A Pod that
+   closed its port at once would have them refused, and the API server does not retry a
+   webhook call (a refused ``failurePolicy: Fail`` call refuses the request).
+3. The listener closes; reviews in flight finish for up to the drain timeout the manager
+   gives (its ``graceful_shutdown_timeout``); then the remaining (idle) keep-alive
+   connections are closed.
 """
 
 from __future__ import annotations
@@ -37,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -61,7 +79,6 @@ from controller_runtime.webhook.tls import (
     DEFAULT_CERT_DIR,
     CertDirWatcher,
     ServingTLS,
-    read_optional,
 )
 
 __all__ = [
@@ -71,6 +88,8 @@ __all__ = [
     "AdmissionHandler",
     "WebhookServer",
     "default_paths",
+    "handler_time",
+    "parse_go_duration",
 ]
 
 log = logging.getLogger(__name__)
@@ -79,6 +98,7 @@ DEFAULT_PORT = 9443
 CONVERT_PATH = "/convert"
 MAX_REQUEST_BYTES = 7 * 1024 * 1024
 """controller-runtime's limit: two objects of etcd's 1.5 MiB, with room for the review."""
+_GO_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)(ns|us|µs|ms|s|m|h)")
 
 AdmissionHandler = Callable[[AdmissionRequest], Awaitable[AdmissionResult]]
 """What the server calls for one admission request (the builder wraps defaulters and
@@ -99,16 +119,23 @@ class WebhookServer:
     in ``cert_dir``) makes the server require client certificates signed by that CA.
 
     ``handler_timeout`` (9 s: under the API server's default ``timeoutSeconds`` of 10 s, so
-    that the API server gets the 500 and its reason rather than timing out itself; keep it
-    under the configuration's ``timeoutSeconds``) bounds each handler;
-    ``max_request_bytes`` (7 MiB) each body.
+    that the API server gets the 500 and its reason rather than timing out itself; a request's
+    own ``timeout`` parameter shortens it, see the module docstring) bounds each handler;
+    ``max_request_bytes`` (7 MiB) each body. ``shutdown_delay`` (0 s): how long the listener
+    stays open after the stop is requested (module docstring, "Stopping"); a Pod behind a
+    Service wants a few seconds.
 
     Readiness (:meth:`ready`, the manager's ``webhook-server`` readyz check): true once a TLS
-    handshake with the server itself succeeds with a certificate that :attr:`trust_bundle`
-    trusts (``cert_dir/ca.crt`` when it exists, cert-manager's layout; the self-managed
-    certificates set it to the caBundle they inject), and that is valid for
-    ``service_hostname`` when it is set (``<service>.<namespace>.svc``, the name the API
-    server checks).
+    handshake with the server itself succeeds with a certificate that the API server would
+    accept, and that is valid for ``service_hostname`` when it is set
+    (``<service>.<namespace>.svc``, the name the API server checks; without it the name is
+    not checked). What the API server accepts is, in order of precedence:
+    :attr:`injected_bundles`, the ``caBundle`` values read back from the webhook configurations
+    and CRDs (:class:`~controller_runtime.webhook.trust.InjectedCABundles`; the self-managed
+    certificates install it), every one of which must trust the certificate; else
+    :attr:`trust_bundle` (``cert_dir/ca.crt`` when it exists, cert-manager's layout); else
+    the system's roots (what the API server uses for an empty ``caBundle``), so a
+    self-signed certificate without its CA is never ready.
     """
 
     need_leader_election = False
@@ -126,9 +153,13 @@ class WebhookServer:
         handler_timeout: float = 9.0,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         service_hostname: str | None = None,
+        shutdown_delay: float = 0.0,
     ) -> None:
         if handler_timeout <= 0:
             raise ValueError(f"handler_timeout must be > 0, got {handler_timeout}")
+        if shutdown_delay < 0:
+            raise ValueError(f"shutdown_delay must be >= 0, got {shutdown_delay}")
+        self.shutdown_delay = shutdown_delay
         self.port = port
         self.host = host
         self.cert_dir = Path(cert_dir) if cert_dir is not None else None
@@ -148,12 +179,20 @@ class WebhookServer:
                 cert_name=cert_name,
                 key_name=key_name,
                 interval=cert_poll_interval,
+                on_ca=self._trust_ca_file,
             )
             if self.cert_dir is not None
             else None
         )
         self.trust_bundle: bytes | None = None
-        """The CA bundle readiness verifies the served certificate against."""
+        """The CA bundle readiness verifies the served certificate against when
+        :attr:`injected_bundles` is ``None`` (``None``: the system's roots)."""
+        self.injected_bundles: list[bytes] | None = None
+        """The ``caBundle`` values the API server uses for this server, read back from the
+        webhook configurations and CRDs (``b""``: an empty one, i.e. the system's roots);
+        readiness needs each to trust the certificate. ``None``: not known, use
+        :attr:`trust_bundle`; ``[]``: not read yet, not ready."""
+        self._shutdown_began: float | None = None
         self._admission: dict[str, AdmissionHandler] = {}
         self._converters: dict[tuple[str, str], Converter] = {}
         self._runner: web.AppRunner | None = None
@@ -166,6 +205,9 @@ class WebhookServer:
 
     def __repr__(self) -> str:
         return f"WebhookServer({self.host}:{self.port})"
+
+    def _trust_ca_file(self, ca_pem: bytes | None) -> None:
+        self.trust_bundle = ca_pem
 
     def use_external_certificates(self) -> None:
         """Stop watching ``cert_dir``: the serving pair comes from :attr:`tls`'s ``load``
@@ -216,9 +258,7 @@ class WebhookServer:
         if self._runner is not None:
             return
         if self._watcher is not None:
-            assert self.cert_dir is not None
-            self.trust_bundle = read_optional(self.cert_dir / "ca.crt") or self.trust_bundle
-            self._watcher.start()
+            self._watcher.start()  # reads the pair and ca.crt (trust_bundle) at once
         app = web.Application(client_max_size=self.max_request_bytes)
         app.router.add_post("/{path:.*}", self._handle)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -242,9 +282,32 @@ class WebhookServer:
         self.url = f"https://{host}:{port}" if ":" not in host else f"https://[{host}]:{port}"
         log.info("webhook server listening on %s, paths %s", self.url, ", ".join(self.paths))
 
+    def begin_shutdown(self) -> None:
+        """Stop being ready and ask every client to reconnect (``Connection: close`` on each
+        answer), but keep serving: the first step of stopping (module docstring). The
+        manager calls it when its stop is requested; :meth:`stop` calls it if nobody did."""
+        if self._shutdown_began is None:
+            self._shutdown_began = time.monotonic()
+            if self._listener is not None:
+                log.info(
+                    "webhook server: shutting down; serving for %.1fs more", self.shutdown_delay
+                )
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown_began is not None
+
     async def stop(self, drain_timeout: float | None = None) -> None:
-        """Close the listener, let reviews in flight finish for up to ``drain_timeout``
-        seconds (``None``: 60 s), close the connections. Safe to call twice."""
+        """Keep serving until ``shutdown_delay`` has passed since :meth:`begin_shutdown`
+        (never longer than ``drain_timeout``), close the listener, let reviews in flight
+        finish for up to ``drain_timeout`` seconds (``None``: 60 s), close the connections.
+        Safe to call twice."""
+        self.begin_shutdown()
+        assert self._shutdown_began is not None
+        drain = 60.0 if drain_timeout is None else drain_timeout
+        linger = self._shutdown_began + min(self.shutdown_delay, drain) - time.monotonic()
+        if self._listener is not None and linger > 0:
+            await asyncio.sleep(linger)
         if self._listener is not None:
             self._listener.close()
         if self._watcher is not None:
@@ -252,7 +315,7 @@ class WebhookServer:
         # Our own count of reviews in flight: aiohttp's shutdown would wait out its whole
         # timeout on idle keep-alive connections (the API server keeps them open).
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(60.0 if drain_timeout is None else drain_timeout):
+            async with asyncio.timeout(drain):
                 await self._idle.wait()
         await self._close_runner(1.0)  # responses being written; idle connections
         if self._listener is not None:
@@ -288,7 +351,10 @@ class WebhookServer:
                 self._idle.set()
         WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
         WEBHOOK_REQUESTS.labels(path, str(status)).inc()
-        return web.Response(status=status, body=body, content_type=content_type)
+        response = web.Response(status=status, body=body, content_type=content_type)
+        if self._shutdown_began is not None:
+            response.force_close()  # the client's next request opens a new connection
+        return response
 
     async def _answer(
         self, request: web.Request, path: str, handler: AdmissionHandler | None
@@ -299,11 +365,14 @@ class WebhookServer:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _text(413, f"the request body is larger than {self.max_request_bytes} bytes")
-        return await self._review(path, handler, body)
+        timeout = handler_time(self.handler_timeout, request.query.get("timeout"))
+        return await self._review(path, handler, body, timeout)
 
-    async def _review(self, path: str, handler: AdmissionHandler | None, body: bytes) -> _Answer:
+    async def _review(
+        self, path: str, handler: AdmissionHandler | None, body: bytes, timeout: float
+    ) -> _Answer:
         try:
-            async with asyncio.timeout(self.handler_timeout):
+            async with asyncio.timeout(timeout):
                 if handler is None:
                     review = parse_conversion_review(body)
                     answer = convert_review(review, self._converters)
@@ -313,8 +382,8 @@ class WebhookServer:
         except MalformedReviewError as err:
             return _text(400, f"malformed review: {err}")
         except TimeoutError:
-            log.warning("webhook %s: the handler ran over %.1fs", path, self.handler_timeout)
-            return _text(500, f"the webhook handler at {path} ran over {self.handler_timeout}s")
+            log.warning("webhook %s: the handler ran over %.1fs", path, timeout)
+            return _text(500, f"the webhook handler at {path} ran over {round(timeout, 3)}s")
         except Exception as err:
             log.error("webhook %s: the handler raised %s", path, type(err).__name__, exc_info=err)
             reason = f"{type(err).__name__}: {err}"
@@ -324,21 +393,35 @@ class WebhookServer:
     # -- readiness ----------------------------------------------------------------------
 
     async def ready(self, timeout: float = 2.0) -> bool:
-        """True when a TLS handshake with this server succeeds, with a certificate that
-        :attr:`trust_bundle` trusts (any certificate when no bundle is known) and, when
-        ``service_hostname`` is set, valid for that name. Never raises."""
-        if self._listener is None or self.tls.pair is None:
+        """True when a TLS handshake with this server succeeds with a certificate the API
+        server would accept (see the class docstring: every injected ``caBundle``, else
+        :attr:`trust_bundle`, else the system's roots) and, when ``service_hostname`` is
+        set, valid for that name. False once :meth:`begin_shutdown` was called. Never
+        raises."""
+        if self._listener is None or self.tls.pair is None or self._shutdown_began is not None:
             return False
-        context = ssl.create_default_context()
-        if self.trust_bundle is not None:
-            try:
-                context.load_verify_locations(cadata=self.trust_bundle.decode())
-            except (ssl.SSLError, ValueError):
-                return False
-            context.check_hostname = self.service_hostname is not None
+        if self.injected_bundles is not None:
+            bundles = list(dict.fromkeys(self.injected_bundles))
+            if not bundles:
+                return False  # the targets were not read yet
         else:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+            bundles = [self.trust_bundle or b""]
+        for bundle in bundles:
+            if not await self._handshake(bundle, timeout):
+                return False
+        return True
+
+    async def _handshake(self, bundle: bytes, timeout: float) -> bool:
+        """A TLS handshake with this server, verified against ``bundle`` (``b""``: the
+        system's roots)."""
+        context = ssl.create_default_context()
+        if bundle:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # this bundle and nothing else
+            try:
+                context.load_verify_locations(cadata=bundle.decode())
+            except (ssl.SSLError, ValueError, UnicodeDecodeError):
+                return False
+        context.check_hostname = self.service_hostname is not None
         host = _loopback_for(self.host)
         try:
             async with asyncio.timeout(timeout):
@@ -354,6 +437,26 @@ class WebhookServer:
         except (OSError, TimeoutError, ssl.SSLError):
             return False
         return True
+
+
+def parse_go_duration(text: str) -> float | None:
+    """Seconds in a Go duration (``5s``, ``1m30s``, ``500ms``, ``1h0m0s``); ``None`` for
+    anything else."""
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = _GO_DURATION.findall(text or "")
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
+def handler_time(handler_timeout: float, requested: str | None) -> float:
+    """How long a handler may run: ``handler_timeout``, and at most the time the API server
+    allows (the request's ``timeout`` parameter) less a margin of 1 s (half of it under
+    2 s), so that the answer reaches the API server before it gives up."""
+    allowed = parse_go_duration(requested) if requested else None
+    if allowed is None or allowed <= 0:
+        return handler_timeout
+    return min(handler_timeout, max(allowed - 1.0, allowed / 2))
 
 
 def _text(status: int, message: str) -> _Answer:

@@ -149,6 +149,10 @@ class CertDirWatcher:
     Missing files at start are not an error: the server waits for them, logging once where
     it looks, and turns ready when they appear (a cert-manager Certificate issued after the
     Pod started). A pair that does not load is logged and retried at the next poll.
+
+    ``<cert_dir>/<ca_name>`` (``ca.crt``, optional) is re-read at every check too and handed
+    to ``on_ca`` whenever it changes (``None`` once it is gone): the server's readiness trusts
+    it.
     """
 
     def __init__(
@@ -158,11 +162,16 @@ class CertDirWatcher:
         *,
         cert_name: str = "tls.crt",
         key_name: str = "tls.key",
+        ca_name: str = "ca.crt",
         interval: float = 10.0,
+        on_ca: Callable[[bytes | None], None] | None = None,
     ) -> None:
         self.tls = tls
         self.cert_path = cert_dir / cert_name
         self.key_path = cert_dir / key_name
+        self.ca_path = cert_dir / ca_name
+        self.on_ca = on_ca
+        self.ca_pem: bytes | None = None
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
         self._complained: str | None = None
@@ -185,6 +194,14 @@ class CertDirWatcher:
 
     def check(self) -> bool:
         """Load the files if they changed; true if a new pair is now served."""
+        try:
+            ca_pem = read_optional(self.ca_path)
+        except OSError:
+            ca_pem = self.ca_pem
+        if ca_pem != self.ca_pem:
+            self.ca_pem = ca_pem
+            if self.on_ca is not None:
+                self.on_ca(ca_pem)
         pair = self.read()
         if pair is None:
             return False

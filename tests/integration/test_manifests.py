@@ -6,12 +6,18 @@ holding exactly the manifests' permissions, and the operator itself running unde
 The last test is the least-privilege check: a fresh local control plane, the manifests
 applied, and two replicas of the real operator (the Deployment's own arguments) authenticated
 as the manifests' ServiceAccount. One leads and reconciles; the other, a follower, syncs its
-cache with plain LISTs as on API servers without streaming lists. Every controller's scenario
-(:data:`SCENARIOS`) is driven, the custom resources are deleted while the operator still runs
-(the documented uninstall order, so finalizers are handled), and every request the operator
-made is recorded. Then: no request was denied, every request is allowed by the manifests'
-rules as modelled (``tests/rbac_usage.py``), and every granted rule was used. Finally
-``kubectl delete -k manifests/`` removes the installation. It runs twice: for the base, and
+cache with plain LISTs as on API servers without streaming lists. Both serve the webhooks
+with the self-managed certificates, as in a cluster (the certificates' Secret created, the CA
+written into the webhook configurations and the PostgresInstance CRD's conversion, each
+replica reading those back for its readiness); the configurations and the conversion are
+pointed by URL at the leader's server (no Service routes to a process on this machine), so
+every PostgresInstance and ServiceBinding write of the scenarios goes through the webhooks.
+Every controller's scenario (:data:`SCENARIOS`) is driven, the custom resources are deleted
+while the operator still runs (the documented uninstall order, so finalizers are handled),
+and every request the operator made is recorded. Then: no request was denied, every request
+is allowed by the manifests' rules as modelled (``tests/rbac_usage.py``), and every granted
+rule was used. Finally ``kubectl delete -k manifests/`` removes the installation. It runs
+twice: for the base, and
 for the sharded variant applied on top of it (``manifests/sharded/``: the Task controller
 sharded over a ring of Leases with the ring's own Role, the other controllers leader-elected),
 where both replicas also work on their own slots of the ring.
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import shutil
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -45,15 +52,16 @@ from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.binaries import KUBERNETES_VERSION, find_binaries
 from controller_runtime.envtest.controlplane import use_existing_cluster
 from controller_runtime.manager import Manager
+from controller_runtime.metrics import REGISTRY
 from controllers.__main__ import settings_from
-from controllers.app import CONTROLLERS, build_manager
+from controllers.app import CONTROLLERS, build_manager, setup_webhooks
 from controllers.cli import OperatorSettings
 from controllers.postgres.localserver import LocalPostgres
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.discovery import Discovery
-from kubeclient.errors import NotFoundError
+from kubeclient.errors import ApiError, ConflictError, NotFoundError
 from kubeclient.transport import Transport
 from tests.integration.postgres import test_rbac_usage as pg_rbac
 from tests.rbac_usage import (
@@ -507,12 +515,15 @@ async def start_replica(
         manager.shard_ring.transport = ring_transport
     if not streaming:
         manager.factory.options = ReflectorOptions(streaming_list=False)
+    # Two replicas in one process: each webhook server on a free loopback port.
+    manager.webhook_server.host, manager.webhook_server.port = "127.0.0.1", 0
     # What controllers.app.setup_controllers does, but with skip_name_validation: controller
     # names are unique per process (they label metrics), and here two replicas share one.
     for name in settings.controllers:
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
         options = ControllerOptions(max_concurrent_reconciles=workers, skip_name_validation=True)
         await CONTROLLERS[name](manager, options)
+    setup_webhooks(manager, settings)
     run = asyncio.create_task(manager.run(), name="operator-replica")
     return Replica(manager, run, ring_transport)
 
@@ -543,6 +554,72 @@ async def wait_or_fail(
     if refused:
         pytest.fail(f"{what}: the manifests' RBAC denied:\n" + "\n".join(refused))
     pytest.fail(f"{what}: not within {TIMEOUT}s")
+
+
+async def point_webhooks_at(admin: Transport, url: str, docs: list[Doc]) -> None:
+    """Rewrite every webhook configuration's and CRD conversion's ``service`` to ``url`` plus
+    its path, keeping the caBundle the operator wrote (a conflict with its writes: again)."""
+    paths = []
+    for doc in docs:
+        if doc["kind"].endswith("WebhookConfiguration"):
+            paths.append(f"/apis/admissionregistration.k8s.io/v1/{doc['kind'].lower()}s")
+        elif doc["kind"] == "CustomResourceDefinition" and doc["spec"].get("conversion", {}).get(
+            "webhook"
+        ):
+            paths.append("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+        else:
+            continue
+        paths[-1] += f"/{doc['metadata']['name']}"
+    for path in paths:
+        while True:
+            obj = await admin.get_json(path)
+            if obj["kind"] == "CustomResourceDefinition":
+                configs = [obj["spec"]["conversion"]["webhook"]["clientConfig"]]
+            else:
+                configs = [w["clientConfig"] for w in obj["webhooks"]]
+            for config in configs:
+                service = config.pop("service", None)
+                if service is not None:
+                    config["url"] = f"{url}{service['path']}"
+            try:
+                await admin.request("PUT", path, body=obj)
+                break
+            except ConflictError:
+                continue
+
+
+async def webhooks_answer(admin: Transport, replica: Replica, namespace: str) -> None:
+    """Until the API server's PostgresInstance writes go through ``replica``'s webhook: a
+    dry-run create is admitted and the replica counted the review."""
+    path = "/validate-postgres-crpy-io-v1beta1-postgresinstance"
+    body = {
+        "apiVersion": "postgres.crpy.io/v1beta1",
+        "kind": "PostgresInstance",
+        "metadata": {"name": "webhook-probe", "namespace": namespace},
+        "spec": {"version": "16", "storage": {"size": "1Gi"}},
+    }
+
+    def reviews() -> float:
+        return (
+            REGISTRY.get_sample_value(
+                "controller_runtime_webhook_requests_total", {"webhook": path, "code": "200"}
+            )
+            or 0.0
+        )
+
+    while True:
+        before = reviews()
+        with contextlib.suppress(ApiError):
+            await admin.request(
+                "POST",
+                f"/apis/postgres.crpy.io/v1beta1/namespaces/{namespace}/postgresinstances",
+                params={"dryRun": "All"},
+                body=body,
+                max_retries=0,
+            )
+            if reviews() > before and await replica.manager.webhook_server.ready():
+                return
+        await asyncio.sleep(0.2)  # no event says when the API server trusts the new CA
 
 
 async def stop(replica: Replica) -> None:
@@ -652,8 +729,14 @@ async def test_the_operator_runs_under_its_manifests_rbac_and_uses_every_rule(
             "--metrics-bind-address=127.0.0.1:0",
             "--health-probe-bind-address=127.0.0.1:0",
             f"--controllers={','.join(controllers)}",
+            # The webhooks' Secret and Services: the Pod's namespace in a cluster. The API
+            # server calls the leader by URL (127.0.0.1), which its certificate must name.
+            f"--webhook-namespace={namespace}",
+            "--webhook-extra-hosts=127.0.0.1",
+            "--webhook-shutdown-delay=0.5",
         ]
     )
+    assert settings.webhook_port and settings.webhook_certificates == "self-managed"
     assert settings.leader_elect
     sharded = variant == "sharded"
     assert (settings.shard_ring is not None) == sharded
@@ -672,6 +755,15 @@ async def test_the_operator_runs_under_its_manifests_rbac_and_uses_every_rule(
             replicas.append(leader)
             assert leader.manager.elector is not None
             await wait_or_fail("leading", leader.manager.elector.became_leader.wait(), log, leader)
+            webhook_url = leader.manager.webhook_server.url
+            assert webhook_url is not None, "the webhook server listens before leading"
+            await point_webhooks_at(admin, webhook_url, rendered)
+            await wait_or_fail(
+                "the webhooks answering through the API server",
+                webhooks_answer(admin, leader, scenes[controllers[0]].namespace),
+                log,
+                leader,
+            )
             follower = await start_replica(
                 settings, config, log, streaming=False, ring_log=ring_log
             )
@@ -762,3 +854,69 @@ async def test_the_operator_runs_under_its_manifests_rbac_and_uses_every_rule(
     gone = kubectl(plane, "get", *ref(operator_namespace), "-o", "json", check=False)
     # No namespace controller runs on the local control plane: the namespace stays Terminating.
     assert gone.returncode != 0 or orjson.loads(gone.stdout)["metadata"].get("deletionTimestamp")
+
+
+# -- the cert-manager Component ----------------------------------------------------------------
+
+
+def test_the_cert_manager_component_serves_the_certificates_secret_from_the_cert_dir(
+    tmp_path: Path,
+) -> None:
+    """``manifests/cert-manager`` (a kustomize Component, included from an overlay beside
+    the base, as docs/deploy.md shows): the operator in cert-dir mode with the Certificate's
+    Secret mounted at its certificate directory, cert-manager's CA injector told to fill every
+    caBundle the operator reads, the self-managed Secret's Role gone; everything else as in
+    the base, and every built-in object still valid."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS, overlay)],
+                "components": [os.path.relpath(MANIFESTS / "cert-manager", overlay)],
+            }
+        )
+    )
+    docs = render(overlay)
+    base = render(MANIFESTS)
+    by_key = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    (deployment,) = of_kind(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    settings = settings_from(container["args"])
+    assert settings.webhook_certificates == "cert-dir"
+    assert settings.webhook_port == 9443
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "webhook-certificates"]
+    assert mount["mountPath"] == settings.webhook_cert_dir and mount["readOnly"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "webhook-certificates"]
+    serving = by_key[("Certificate", "crpy-operator-webhook")]
+    assert volume["secret"]["secretName"] == serving["spec"]["secretName"]
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    namespace = deployment["metadata"]["namespace"]
+    for service in settings.webhook_services:
+        assert f"{service}.{namespace}.svc" in serving["spec"]["dnsNames"]
+    inject = f"{namespace}/{serving['metadata']['name']}"
+    annotated = [
+        by_key[("ValidatingWebhookConfiguration", settings.webhook_configuration)],
+        by_key[("MutatingWebhookConfiguration", settings.webhook_configuration)],
+        *(by_key[("CustomResourceDefinition", name)] for name in settings.webhook_conversion_crds),
+    ]
+    for doc in annotated:
+        assert doc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == inject
+    assert ("Role", "crpy-operator") not in by_key
+    assert ("RoleBinding", "crpy-operator") not in by_key
+    added = {key for key in by_key} - {(d["kind"], d["metadata"]["name"]) for d in base}
+    assert {kind for kind, _ in added} == {"Issuer", "Certificate"}
+    problems = []
+    for doc in docs:
+        if doc["apiVersion"].split("/")[0] in ("cert-manager.io", "postgres.crpy.io"):
+            continue
+        if doc["kind"] == "CustomResourceDefinition" or doc["apiVersion"].startswith("tasks"):
+            continue
+        try:
+            kubernetes_validate.validate(doc, SCHEMA_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            problems.append(f"{doc['kind']}/{doc['metadata']['name']}: {err.message}")
+    assert not problems

@@ -12,6 +12,7 @@ readiness includes the webhook server.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -44,11 +45,13 @@ from controller_runtime.envtest import (
     admission_webhook,
     configuration,
 )
+from controller_runtime.envtest.certs import CertificateAuthority
 from controller_runtime.errors import ApiError
 from controller_runtime.testing import eventually
 from controller_runtime.webhook import AdmissionResult
 from controller_runtime.webhook.rotation import RotationPolicy, Step
-from controller_runtime.webhook.selfmanaged import SelfManagedCertificates
+from controller_runtime.webhook.selfmanaged import CertificateRotator, SelfManagedCertificates
+from controller_runtime.webhook.trust import bundles_of
 from kubeclient.config import ClusterConfig
 
 pytestmark = pytest.mark.integration
@@ -482,3 +485,240 @@ async def _probe(setup: Setup, namespace: str, seen: list[str]) -> bool:
     with contextlib.suppress(ApiError):
         await setup.client.create(widget(namespace, size=1), dry_run=True)
     return len(seen) > 0
+
+
+# -- self-managed certificates: every target, bootstrap, readiness -----------------------------
+
+GADGETS = f"gadgets.{GROUP}"
+GADGET_MUTATE = f"/mutate-{GROUP.replace('.', '-')}-v2-gadget"
+
+
+def gadget_crd() -> dict[str, Any]:
+    """The Widget CRD's schema under another name: a conversion of this test's own."""
+    document = crd()
+    document["metadata"]["name"] = GADGETS
+    document["spec"]["names"] = {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"}
+    return document
+
+
+@pytest.fixture
+async def gadgets(
+    control_plane: ControlPlane, tmp_path: Path
+) -> AsyncIterator[WebhookInstallation]:
+    """The Gadget CRD with its conversion, and a MutatingWebhookConfiguration for it, pointed
+    at a local port with envtest's CA as caBundle (which the rotator must replace)."""
+    path = tmp_path / "gadgets.yaml"
+    path.write_text(yaml.safe_dump(gadget_crd()))
+    await asyncio.to_thread(control_plane.install_crds, [path])
+    hook = admission_webhook(
+        f"mgadget.{GROUP}",
+        GADGET_MUTATE,
+        api_groups=[GROUP],
+        api_versions=["v2"],
+        resources=["gadgets"],
+        timeout_seconds=5,
+    )
+    options = WebhookInstallOptions(
+        mutating=[configuration("Mutating", "gadgets-selfmanaged", [hook])],
+        conversion_crds=[GADGETS],
+    )
+    installation = await asyncio.to_thread(options.install, control_plane)
+    try:
+        yield installation
+    finally:
+        await asyncio.to_thread(installation.uninstall, control_plane)
+        await asyncio.to_thread(
+            control_plane.kubectl, "delete", "crd", GADGETS, "--ignore-not-found"
+        )
+
+
+def _bundle(document: dict[str, Any]) -> bytes:
+    (only,) = set(bundles_of(document))
+    return only
+
+
+async def test_self_managed_certificates_reach_mutating_configurations_and_crd_conversion(
+    admin_config: ClusterConfig, gadgets: WebhookInstallation, namespace: str
+) -> None:
+    """The rotator writes its CA into a MutatingWebhookConfiguration and a CRD's conversion
+    (the API server then calls both with the rotator's certificate); readiness follows the
+    bundles the targets hold: a caBundle overwritten with another CA makes the replica not
+    ready until the rotator writes its own back."""
+    server = gadgets.server()
+    manager = Manager(
+        admin_config,
+        ManagerOptions(
+            metrics_bind_address=None, health_probe_bind_address=None, webhook_server=server
+        ),
+    )
+    converter = HubConverter(hub=V2, spokes={V1: Spoke(to_hub=v1_to_v2, from_hub=v2_to_v1)})
+    WebhookBuilder(manager).for_(V2, "Gadget").with_defaulter(Defaults()).with_converter(
+        converter
+    ).complete()
+    rotator, _ = SelfManagedCertificates(
+        secret=("gadget-webhook-certs", namespace),
+        service=("webhook-service", "system"),
+        mutating_configurations=["gadgets-selfmanaged"],
+        conversion_crds=[GADGETS],
+        extra_hosts=["127.0.0.1"],
+        reload_interval=0.5,
+        check_interval=600.0,  # only the first pass and pokes: the test decides when
+    ).install(manager)
+    client = manager.client
+    running = asyncio.create_task(manager.run())
+    try:
+        await eventually(server.ready, timeout=30)
+        secret = await client.live.get(
+            "v1", "Secret", name="gadget-webhook-certs", namespace=namespace
+        )
+        ca = base64.b64decode(secret["data"]["ca.crt"])
+        assert ca != gadgets.ca_pem, "the rotator's own CA, not envtest's"
+        mutating = await client.live.get(
+            "admissionregistration.k8s.io/v1",
+            "MutatingWebhookConfiguration",
+            name="gadgets-selfmanaged",
+        )
+        definition = await client.live.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", name=GADGETS
+        )
+        assert _bundle(mutating) == ca
+        assert _bundle(definition) == ca
+
+        # The API server trusts the rotator's certificate through both.
+        async def defaulted() -> dict[str, Any]:
+            body = {
+                "apiVersion": V2,
+                "kind": "Gadget",
+                "metadata": {"name": f"g-{uuid.uuid4().hex[:8]}", "namespace": namespace},
+                "spec": {"size": 1, "replication": {"count": 3, "synchronous": True}},
+            }
+            created = await client.create(body)
+            assert created["spec"]["color"] == "blue", "the mutating webhook ran"
+            return created
+
+        created = await eventually(defaulted, timeout=30)
+        old = await client.live.get(
+            V1, "Gadget", name=created["metadata"]["name"], namespace=namespace
+        )
+        assert old["spec"]["replicas"] == 3 and old["spec"]["mode"] == "sync", "converted"
+
+        # Someone overwrites the conversion's caBundle: not ready; the rotator restores it.
+        stranger = CertificateAuthority("stranger").cert_pem
+        definition["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"] = base64.b64encode(
+            stranger
+        ).decode()
+        await client.update(definition)
+
+        async def not_ready() -> bool:
+            return not await server.ready()
+
+        await eventually(not_ready, timeout=30)
+        rotator.poke()
+        await eventually(server.ready, timeout=30)
+        restored = await client.live.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", name=GADGETS
+        )
+        assert _bundle(restored) == ca
+    finally:
+        manager.request_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+
+
+async def test_any_replica_creates_the_certificates_only_when_there_are_none_anywhere(
+    admin_config: ClusterConfig, namespace: str
+) -> None:
+    """The bootstrap a replica does before any leader exists (module docstring of
+    selfmanaged): with no Secret and no caBundle anywhere it creates both; with a Secret, or
+    with a caBundle in some target, it does nothing."""
+    name = f"bootstrap-{uuid.uuid4().hex[:6]}"
+    manager = Manager(admin_config, ManagerOptions(metrics_bind_address=None))
+    client = manager.client
+    hook = admission_webhook(
+        f"vbootstrap.{GROUP}",
+        "/validate-bootstrap",
+        api_groups=[GROUP],
+        api_versions=["v2"],
+        resources=["widgets"],
+        failure_policy="Ignore",
+    )
+    hook["clientConfig"] = {"url": "https://127.0.0.1:9/validate-bootstrap"}  # no caBundle
+    await client.create(configuration("Validating", name, [hook]))
+    config = SelfManagedCertificates(
+        secret=(name, namespace),
+        service=("webhook-service", "system"),
+        validating_configurations=[name, f"{name}-missing"],  # a missing target counts as empty
+    )
+    rotator = CertificateRotator(config, client)
+    group = "admissionregistration.k8s.io/v1"
+    try:
+        assert await rotator.bootstrap()
+        secret = await client.live.get("v1", "Secret", name=name, namespace=namespace)
+        ca = base64.b64decode(secret["data"]["ca.crt"])
+        written = await client.live.get(group, "ValidatingWebhookConfiguration", name=name)
+        assert _bundle(written) == ca
+        assert not await rotator.bootstrap(), "there is a Secret: the leader's job now"
+        await client.delete(secret)
+        assert not await rotator.bootstrap(), "a caBundle is in place: never replaced"
+        with pytest.raises(NotFoundError):
+            await client.live.get("v1", "Secret", name=name, namespace=namespace)
+        unchanged = await client.live.get(group, "ValidatingWebhookConfiguration", name=name)
+        assert _bundle(unchanged) == ca
+    finally:
+        await client.delete(
+            {
+                "apiVersion": group,
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": name},
+            }
+        )
+        await manager.close()
+
+
+async def test_a_handler_never_runs_past_the_configurations_timeout_seconds(
+    control_plane: ControlPlane, namespace: str, admin_config: ClusterConfig
+) -> None:
+    """``timeoutSeconds: 2`` and a server whose own handler_timeout is 9 s: a hanging handler
+    is cut at the time the API server allows (its ?timeout), so the request is refused with
+    the server's reason, not with the API server's timeout."""
+    hook = admission_webhook(
+        f"vslow.{GROUP}",
+        "/validate-slow",
+        api_groups=[GROUP],
+        api_versions=["v2"],
+        resources=["widgets"],
+        timeout_seconds=2,
+    )
+    hook["objectSelector"] = {"matchLabels": {"slow": "true"}}
+    options = WebhookInstallOptions(
+        validating=[configuration("Validating", "widgets-slow", [hook])]
+    )
+    installation = await asyncio.to_thread(options.install, control_plane)
+    server = installation.server()
+    assert server.handler_timeout == 9.0
+    never = asyncio.Event()
+
+    async def hang(request: AdmissionRequest) -> AdmissionResult:
+        await never.wait()
+        return AdmissionResult(allowed=True)
+
+    server.register("/validate-slow", hang)
+    await server.start()
+    manager = Manager(admin_config, ManagerOptions(metrics_bind_address=None))
+    try:
+
+        async def refused_with_the_servers_reason() -> None:
+            with pytest.raises(ApiError) as caught:
+                await manager.client.create(
+                    widget(namespace, size=1, labels={"slow": "true"}), dry_run=True
+                )
+            assert "the webhook handler at /validate-slow ran over 1.0s" in caught.value.message, (
+                caught.value.message
+            )
+
+        await eventually(refused_with_the_servers_reason, timeout=30)
+    finally:
+        never.set()
+        await server.stop(0)
+        await manager.close()
+        await asyncio.to_thread(installation.uninstall, control_plane)

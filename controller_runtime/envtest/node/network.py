@@ -3,9 +3,12 @@ pair, and nothing else.
 
 * The namespace ``crpy-node`` holds the kubelet, containerd, kube-proxy, CoreDNS, the Pods'
   bridge and every iptables rule kube-proxy writes; deleting it removes all of them.
-* The host side of the veth (``crpy-node0``, the API server's address) and one host route to
-  the Pod range through it are the only changes in the host's namespace; both go with the
-  namespace.
+* The host side of the veth (``crpy-node0``, the API server's address) and two host routes
+  through it, to the Pod range and to the service range, are the only changes in the host's
+  namespace; all go with the namespace. The service route makes the API server reach a
+  Service's cluster IP as on a node that runs kube-proxy (a kubeadm control plane): its calls
+  to admission and conversion webhooks by Service go through kube-proxy's rules in the
+  node's namespace, as a Pod's connections do.
 * Containment: the namespace has no default route, so nothing in it can reach beyond the host
   end of the link; a FORWARD chain (``CRPY-CONTAIN``) also drops anything from the Pod range
   to an address outside the Pod range, the service range and the link. No masquerading.
@@ -51,7 +54,7 @@ def exists() -> bool:
 
 
 def set_up(addresses: Addresses) -> None:
-    """Create the namespace, the link, the host route and the containment chain."""
+    """Create the namespace, the link, the host routes and the containment chain."""
     prefix = addresses.link_cidr.split("/")[1]
     steps = [
         ["ip", "netns", "add", NETNS],
@@ -59,6 +62,7 @@ def set_up(addresses: Addresses) -> None:
         ["ip", "addr", "add", f"{addresses.host}/{prefix}", "dev", HOST_VETH],
         ["ip", "link", "set", HOST_VETH, "up"],
         ["ip", "route", "add", addresses.pod_cidr, "via", addresses.node, "dev", HOST_VETH],
+        ["ip", "route", "add", addresses.service_cidr, "via", addresses.node, "dev", HOST_VETH],
     ]
     inside = [
         ["ip", "link", "set", "lo", "up"],
@@ -73,12 +77,13 @@ def set_up(addresses: Addresses) -> None:
         ["iptables", "-w", "-A", CONTAIN_CHAIN, "-j", "DROP"],
         ["iptables", "-w", "-I", "FORWARD", "1", "-s", addresses.pod_cidr, "-j", CONTAIN_CHAIN],
     ]
-    # The host route is added last: the node address must exist in the namespace first.
-    for step in steps[:-1]:
+    # The host routes are added last: the node address must exist in the namespace first.
+    for step in steps[:-2]:
         _run(step)
     for step in inside:
         _run(in_netns(step))
-    _run(steps[-1])
+    for step in steps[-2:]:
+        _run(step)
 
 
 def tear_down() -> list[str]:

@@ -1,7 +1,9 @@
 """The PostgreSQL API's admission webhooks on a real API server: a PostgresInstance whose
 version the policy does not enable is refused at create (as ``kubectl apply`` would be), with
 the policy's verdict; one the policy enables is accepted and gets the policy's default version
-when it has none; storage cannot shrink.
+when it has none; storage cannot shrink; a major-version downgrade is refused (a minor change
+and an upgrade allowed by the instance are not); a ServiceBinding whose role is another
+binding's or PostgresUser's on the same instance is refused.
 
 The operator's webhooks (controllers.postgres.webhooks) are served by a WebhookServer on
 loopback with a certificate from a test CA; a Validating- and a MutatingWebhookConfiguration
@@ -26,7 +28,7 @@ from controller_runtime.client import Client
 from controller_runtime.envtest.certs import CertificateAuthority
 from controller_runtime.testing import eventually
 from controller_runtime.webhook import WebhookServer
-from controllers.postgres.api import API_VERSION, INSTANCE, POLICY, POLICY_NAME
+from controllers.postgres.api import API_VERSION, BINDING, INSTANCE, POLICY, POLICY_NAME, USER
 from controllers.postgres.webhooks import setup_webhooks
 from informers.shared import InformerFactory
 from kubeclient.errors import ApiError
@@ -39,7 +41,9 @@ class Host:
     client: Client
 
 
-def _configuration(kind: str, name: str, url: str, ca: bytes, failure: str) -> dict[str, Any]:
+def _configuration(
+    kind: str, name: str, url: str, ca: bytes, *, failure: str, resource: str
+) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": kind,
@@ -53,7 +57,7 @@ def _configuration(kind: str, name: str, url: str, ca: bytes, failure: str) -> d
                         "apiGroups": ["postgres.crpy.io"],
                         "apiVersions": ["v1beta1"],
                         "operations": ["CREATE", "UPDATE"],
-                        "resources": ["postgresinstances"],
+                        "resources": [resource],
                     }
                 ],
                 "matchPolicy": "Equivalent",
@@ -73,19 +77,25 @@ async def webhooks(transport: Transport, tmp_path: Path) -> AsyncIterator[Client
     server = WebhookServer(port=0, host="127.0.0.1", cert_dir=tmp_path)
     cache = Cache(InformerFactory(transport))
     client = Client(transport, cache, field_manager="test")
-    await cache.watch(API_VERSION, POLICY)
-    setup_webhooks(Host(server, client), ["postgres-instance"])  # type: ignore[arg-type]
+    for kind in (POLICY, BINDING, USER):  # what the handlers read from the cache
+        await cache.watch(API_VERSION, kind)
+    setup_webhooks(
+        Host(server, client),  # type: ignore[arg-type]
+        ["postgres-instance", "service-binding"],
+    )
     await server.start()
     assert server.url is not None
     suffix = uuid.uuid4().hex[:6]
     names = []
-    for kind, path, failure in (
-        ("ValidatingWebhookConfiguration", "/validate", "Fail"),
-        ("MutatingWebhookConfiguration", "/mutate", "Ignore"),
+    # The failure policies of manifests/webhook-configurations.yaml.
+    for kind, path, failure, resource in (
+        ("ValidatingWebhookConfiguration", "/validate", "Fail", "postgresinstances"),
+        ("MutatingWebhookConfiguration", "/mutate", "Ignore", "postgresinstances"),
+        ("ValidatingWebhookConfiguration", "/validate", "Ignore", "servicebindings"),
     ):
-        name = f"postgres-{path.strip('/')}-{suffix}"
-        url = f"{server.url}{path}-postgres-crpy-io-v1beta1-postgresinstance"
-        body = _configuration(kind, name, url, ca.cert_pem, failure)
+        name = f"postgres-{path.strip('/')}-{resource}-{suffix}"
+        url = f"{server.url}{path}-postgres-crpy-io-v1beta1-{resource[:-1]}"
+        body = _configuration(kind, name, url, ca.cert_pem, failure=failure, resource=resource)
         created = await client.create(body)
         names.append((kind, created["metadata"]["name"]))
     try:
@@ -101,6 +111,33 @@ async def webhooks(transport: Transport, tmp_path: Path) -> AsyncIterator[Client
             )
         await server.stop(0)
         await cache.stop()
+
+
+POLICY_OBJECT = {
+    "apiVersion": API_VERSION,
+    "kind": POLICY,
+    "metadata": {"name": POLICY_NAME},
+    "spec": {
+        "defaultVersion": "16",
+        "versions": [{"version": "15"}, {"version": "16"}, {"version": "14", "enabled": False}],
+    },
+}
+
+
+async def _policy(client: Client) -> dict[str, Any]:
+    """The policy above, fresh, and seen by the webhook's cache."""
+    with contextlib.suppress(ApiError):
+        await client.delete(dict(POLICY_OBJECT))
+    await client.create(dict(POLICY_OBJECT))
+    await _cached(client)
+    return POLICY_OBJECT
+
+
+async def _cached(client: Client) -> None:
+    async def cached() -> bool:  # the webhook reads the policy from the cache
+        return bool(await client.list(API_VERSION, POLICY))
+
+    await eventually(cached, timeout=30)
 
 
 def _instance(namespace: str, name: str, version: str | None, size: str = "2Gi") -> dict[str, Any]:
@@ -132,10 +169,7 @@ async def test_the_version_policy_refuses_at_create_and_defaults_an_empty_versio
         await client.delete(dict(policy))
     await client.create(policy)
 
-    async def cached() -> bool:  # the webhook reads the policy from the cache
-        return bool(await client.list(API_VERSION, POLICY))
-
-    await eventually(cached, timeout=30)
+    await _cached(client)
 
     with pytest.raises(ApiError) as refused:
         await client.create(_instance(namespace, "old", "14"))
@@ -152,3 +186,81 @@ async def test_the_version_policy_refuses_at_create_and_defaults_an_empty_versio
         await client.update(shrunk)
     assert "storage cannot shrink (from 2Gi to 1Gi)" in str(refused.value)
     await client.delete(policy)
+
+
+async def test_a_major_version_downgrade_is_refused_through_the_api_server(
+    webhooks: Client, namespace: str
+) -> None:
+    client = webhooks
+    policy = await _policy(client)
+    created = await client.create(_instance(namespace, "db", "16"))
+    downgraded = {**created, "spec": {**created["spec"], "version": "15"}}
+    with pytest.raises(ApiError) as refused:
+        await client.update(downgraded)
+    assert refused.value.status == 403
+    message = str(refused.value)
+    assert 'admission webhook "postgres-validate-postgresinstances' in message
+    assert "a major-version downgrade (16 to 15) is refused" in message
+    assert "restore a Backup into a new instance instead" in message
+    stored = await client.live.get(API_VERSION, INSTANCE, name="db", namespace=namespace)
+    assert stored["spec"]["version"] == "16", "nothing was written"
+    # The same update without the downgrade passes the same webhook.
+    relabelled = {**stored, "metadata": {**stored["metadata"], "labels": {"tier": "gold"}}}
+    assert (await client.update(relabelled))["metadata"]["labels"] == {"tier": "gold"}
+    await client.delete(policy)
+
+
+def _binding(namespace: str, name: str, role: str | None, instance: str = "db") -> dict[str, Any]:
+    spec: dict[str, Any] = {"instanceRef": {"name": instance}, "database": "orders"}
+    if role is not None:
+        spec["roleName"] = role
+    return {
+        "apiVersion": API_VERSION,
+        "kind": BINDING,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+async def test_a_binding_whose_role_is_taken_on_its_instance_is_refused_through_the_api_server(
+    webhooks: Client, namespace: str
+) -> None:
+    """Against a binding and a PostgresUser of the same instance (read from the webhook's
+    cache, as in the operator); the same role on another instance is fine."""
+    client = webhooks
+    await client.create(_binding(namespace, "checkout", "orders_app"))
+
+    async def refused_for(body: dict[str, Any], holder: str) -> None:
+        with pytest.raises(ApiError) as refused:
+            await client.create(body)
+        assert refused.value.status == 403
+        assert (
+            f"role 'orders_app' on instance {body['spec']['instanceRef']['name']} is already "
+            f"the role of {holder}: set another spec.roleName"
+        ) in str(refused.value)
+
+    async def cached(kind: str, name: str) -> bool:  # the cache behind the webhook
+        return any(o["metadata"]["name"] == name for o in await client.list(API_VERSION, kind))
+
+    await eventually(lambda: cached(BINDING, "checkout"), timeout=30)
+    await refused_for(_binding(namespace, "checkout-2", "orders_app"), "ServiceBinding checkout")
+    other = await client.create(_binding(namespace, "elsewhere", "orders_app", instance="db2"))
+    assert other["spec"]["roleName"] == "orders_app", "another instance: another role"
+    user = {
+        "apiVersion": API_VERSION,
+        "kind": USER,
+        "metadata": {"name": "migrations", "namespace": namespace},
+        "spec": {
+            "instanceRef": {"name": "db3"},
+            "roleName": "orders_app",
+            "database": "orders",
+            "passwordSecretRef": {"name": "migrations-password", "key": "password"},
+        },
+    }
+    await client.create(user)
+    await eventually(lambda: cached(USER, "migrations"), timeout=30)
+    await refused_for(
+        _binding(namespace, "reporting", "orders_app", instance="db3"), "PostgresUser migrations"
+    )
+    stored = await client.list(API_VERSION, BINDING, namespace=namespace)
+    assert sorted(b["metadata"]["name"] for b in stored) == ["checkout", "elsewhere"]

@@ -34,10 +34,11 @@ from tests.rbac_usage import (
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
-NOT_INSTALLED = ("examples", "sharded", "upgrade")
+NOT_INSTALLED = ("examples", "sharded", "upgrade", "cert-manager")
 """Directories of manifests/ that the kustomization does not install (sharded/ is a variant
 applied on top, checked in test_manifests_sharded.py; upgrade/ is the one-off storage
-migration Job)."""
+migration Job; cert-manager/ a kustomize Component, checked in
+test_manifests_webhooks.py)."""
 SCHEMA_VERSION = ".".join(KUBERNETES_VERSION.split(".")[:2])
 
 Doc = dict[str, Any]
@@ -47,11 +48,18 @@ def load_documents(path: Path) -> list[Doc]:
     return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
 
 
+COMPONENTS = ("cert-manager",)
+"""kustomize Components: patches and cert-manager's objects, not whole Kubernetes objects;
+rendered and checked in test_manifests_webhooks.py."""
+
+
 def manifest_files() -> list[Path]:
     return sorted(
         p
         for p in MANIFESTS.rglob("*")
-        if p.suffix in (".yaml", ".yml") and p.name != "kustomization.yaml"
+        if p.suffix in (".yaml", ".yml")
+        and p.name != "kustomization.yaml"
+        and p.relative_to(MANIFESTS).parts[0] not in COMPONENTS
     )
 
 
@@ -190,7 +198,14 @@ def test_the_image_is_set_in_one_place() -> None:
 
 def test_everything_but_cluster_scoped_objects_lives_in_the_operator_namespace() -> None:
     namespace = only("Namespace")["metadata"]["name"]
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    }
     for doc in installed():
         meta = doc["metadata"]
         if doc["kind"] in cluster_scoped:
@@ -411,10 +426,44 @@ def test_rbac_lint_finds_what_good_practice_forbids() -> None:
             },
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]},
             {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+            # Webhook configurations and CRDs: only by name, only get and update.
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations"],
+                "verbs": ["get"],
+            },
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["mutatingwebhookconfigurations"],
+                "resourceNames": ["mine"],
+                "verbs": ["get", "patch"],
+            },
+            {
+                "apiGroups": ["apiextensions.k8s.io"],
+                "resources": ["customresourcedefinitions"],
+                "resourceNames": ["things.example.com"],
+                "verbs": ["delete"],
+            },
         ],
     }
     problems = rbac_problems([bad])
-    assert len(problems) == 7, problems
+    assert len(problems) == 10, problems
+    assert any("validatingwebhookconfigurations on any object" in p for p in problems)
+    assert any("['patch'] on mutatingwebhookconfigurations" in p for p in problems)
+    assert any("['delete'] on customresourcedefinitions" in p for p in problems)
+    fine = {
+        "kind": "ClusterRole",
+        "metadata": {"name": "fine"},
+        "rules": [
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                "resourceNames": ["mine"],
+                "verbs": ["get", "update"],
+            }
+        ],
+    }
+    assert rbac_problems([fine]) == []
 
 
 def test_every_binding_names_the_operator_and_an_existing_role() -> None:

@@ -27,6 +27,7 @@ from controller_runtime.webhook import (
     WebhookBuilder,
     WebhookServer,
 )
+from controller_runtime.webhook.server import handler_time, parse_go_duration
 
 
 def write_pair(directory: Path, ca: CertificateAuthority, hosts: Sequence[str]) -> None:
@@ -403,3 +404,150 @@ def test_registering_a_path_twice_or_after_start_fails() -> None:
 
 async def _allowed() -> AdmissionResult:
     return AdmissionResult(allowed=True)
+
+
+# -- readiness: what the API server would accept ----------------------------------------------
+
+
+async def test_without_a_ca_file_readiness_trusts_only_the_systems_roots(
+    tmp_path: Path, ca: CertificateAuthority
+) -> None:
+    """A self-signed pair with no ca.crt: the API server (empty caBundle: the system's roots)
+    would refuse it, so the server is not ready; the CA appearing makes it ready."""
+    pair = ca.issue_serving(["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "tls.key").write_bytes(pair.key_pem)
+    server = WebhookServer(port=0, host="127.0.0.1", cert_dir=tmp_path)
+    await server.start()
+    try:
+        assert server.tls.pair is not None, "the pair is served"
+        assert not await server.ready(), "no CA known: only the system's roots, which refuse it"
+        (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+        assert server._watcher is not None
+        server._watcher.check()  # what the poll does
+        assert server.trust_bundle == ca.cert_pem
+        assert await server.ready()
+        (tmp_path / "ca.crt").unlink()
+        server._watcher.check()
+        assert server.trust_bundle is None and not await server.ready()
+    finally:
+        await server.stop(0)
+
+
+async def test_readiness_needs_every_injected_bundle_to_trust_the_certificate(
+    served: tuple[WebhookServer, Behaviour, aiohttp.ClientSession], ca: CertificateAuthority
+) -> None:
+    server, _, _ = served
+    stranger = CertificateAuthority("stranger").cert_pem
+    assert await server.ready(), "ca.crt trusts it"
+    server.injected_bundles = []
+    assert not await server.ready(), "the targets were not read yet"
+    server.injected_bundles = [ca.cert_pem, stranger]
+    assert not await server.ready(), "one target's caBundle does not trust it"
+    server.injected_bundles = [b""]
+    assert not await server.ready(), "an empty caBundle: the system's roots do not trust it"
+    server.injected_bundles = [ca.cert_pem + stranger, ca.cert_pem]
+    assert await server.ready(), "every caBundle holds its CA"
+    server.injected_bundles = [b"not a certificate"]
+    assert not await server.ready()
+
+
+# -- the handler's time and the API server's ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("5s", 5.0),
+        ("1m30s", 90.0),
+        ("500ms", 0.5),
+        ("1h0m0s", 3600.0),
+        ("2.5s", 2.5),
+        ("", None),
+        ("5", None),
+        ("5 s", None),
+        ("s", None),
+        ("-5s", None),
+    ],
+)
+def test_go_durations(text: str, seconds: float | None) -> None:
+    assert parse_go_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("handler_timeout", "requested", "allowed"),
+    [
+        (9.0, None, 9.0),
+        (9.0, "10s", 9.0),
+        (9.0, "5s", 4.0),
+        (9.0, "1s", 0.5),
+        (2.0, "30s", 2.0),
+        (9.0, "garbage", 9.0),
+        (9.0, "0s", 9.0),
+    ],
+)
+def test_a_handler_never_gets_more_time_than_the_api_server_waits(
+    handler_timeout: float, requested: str | None, allowed: float
+) -> None:
+    assert handler_time(handler_timeout, requested) == allowed
+
+
+async def test_the_requests_timeout_parameter_shortens_the_handlers_time(
+    served: tuple[WebhookServer, Behaviour, aiohttp.ClientSession],
+) -> None:
+    """The API server sends ?timeout=<its timeoutSeconds>: a handler that hangs is answered
+    with a 500 and its reason before then, not after handler_timeout."""
+    server, _, session = served
+    server.handler_timeout = 60.0
+    status, body = await post(
+        session, server, f"{VALIDATE}?timeout=2s", review(spec={"do": "hang"})
+    )
+    assert status == 500
+    assert f"the webhook handler at {VALIDATE} ran over 1.0s" in body.decode()
+
+
+# -- stopping behind a Service -----------------------------------------------------------------
+
+
+async def test_after_begin_shutdown_it_is_not_ready_answers_with_connection_close_and_serves_on(
+    served: tuple[WebhookServer, Behaviour, aiohttp.ClientSession], ca: CertificateAuthority
+) -> None:
+    server, _, session = served
+    server.shutdown_delay = 0.5
+    assert await server.ready()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    server.begin_shutdown()
+    assert not await server.ready(), "a terminating replica takes no new traffic"
+    async with session.post(
+        f"{server.url}{VALIDATE}",
+        data=orjson.dumps(review(spec={"do": "ok"})),
+        headers={"Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 200
+        assert response.headers.get("Connection", "").lower() == "close", "reconnect elsewhere"
+    stopping = asyncio.create_task(server.stop(10.0))
+    # The listener is still open: a new connection (a fresh session) is served.
+    fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context(ca)))
+    try:
+        status, _ = await post(fresh, server, VALIDATE, review(spec={"do": "ok"}))
+        assert status == 200
+        assert not stopping.done()
+        await stopping
+        assert loop.time() - began >= 0.5, "open for the whole delay"
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await post(fresh, server, VALIDATE, review(spec={"do": "ok"}))
+    finally:
+        await fresh.close()
+
+
+async def test_a_stop_without_drain_time_closes_at_once(
+    served: tuple[WebhookServer, Behaviour, aiohttp.ClientSession],
+) -> None:
+    """Leadership lost, or a failed start: drain 0, no delay."""
+    server, _, session = served
+    server.shutdown_delay = 30.0
+    async with asyncio.timeout(5):
+        await server.stop(0)
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await post(session, server, VALIDATE, review(spec={"do": "ok"}))
