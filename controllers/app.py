@@ -152,10 +152,10 @@ async def setup_controllers(manager: Manager, settings: OperatorSettings) -> Non
     for name in settings.controllers:
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
         await CONTROLLERS[name](manager, ControllerOptions(max_concurrent_reconciles=workers))
-    setup_webhooks(manager, settings)
+    await setup_webhooks(manager, settings)
 
 
-def setup_webhooks(manager: Manager, settings: OperatorSettings) -> None:
+async def setup_webhooks(manager: Manager, settings: OperatorSettings) -> None:
     """With ``--webhook-port``: the PostgreSQL API's webhooks, and where their certificate
     comes from (``--webhook-certificates``). Self-managed: the leader keeps a CA and the
     serving certificate in ``--webhook-secret`` and writes the CA into the configuration
@@ -173,7 +173,7 @@ def setup_webhooks(manager: Manager, settings: OperatorSettings) -> None:
     )
     from controllers.postgres.webhooks import setup_webhooks as setup_postgres  # noqa: PLC0415
 
-    setup_postgres(manager, settings.controllers)
+    await setup_postgres(manager, settings.controllers)
     namespace = webhook_namespace(settings, manager.config)
     configurations = [settings.webhook_configuration] if settings.webhook_configuration else []
     service, *other_services = settings.webhook_services

@@ -44,9 +44,15 @@ Stopping (SIGTERM), in this order:
    began terminating, and until they do, new connections still arrive here. A Pod that
    closed its port at once would have them refused, and the API server does not retry a
    webhook call (a refused ``failurePolicy: Fail`` call refuses the request).
-3. The listener closes; reviews in flight finish for up to the drain timeout the manager
-   gives (its ``graceful_shutdown_timeout``); then the remaining (idle) keep-alive
-   connections are closed.
+3. The listener closes and the keep-alive connections between two requests are closed at
+   once (aiohttp's own shutdown would keep them open up to a second and drop a request that
+   arrived meanwhile); reviews in flight finish for up to the drain timeout the manager gives
+   (its ``graceful_shutdown_timeout``); then whatever is left is closed.
+
+A handler that reads the manager's cache must hold the kinds it reads itself
+(``cache.watch(..., holder=...)``): the manager stops the controllers before this server,
+and a controller releases the kinds it cached when it stops, so during the delay a review
+would find them gone (:class:`~controller_runtime.cache.NotCachedError`).
 """
 
 from __future__ import annotations
@@ -312,16 +318,36 @@ class WebhookServer:
             self._listener.close()
         if self._watcher is not None:
             await self._watcher.stop()
+        self._close_idle_connections()
         # Our own count of reviews in flight: aiohttp's shutdown would wait out its whole
         # timeout on idle keep-alive connections (the API server keeps them open).
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(drain):
                 await self._idle.wait()
-        await self._close_runner(1.0)  # responses being written; idle connections
+        self._close_idle_connections()
+        await self._close_runner(1.0)  # responses being written; anything left
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.wait_closed()
             self._listener = None
+
+    def _close_idle_connections(self) -> None:
+        """Close every keep-alive connection that is between two requests, at once.
+
+        aiohttp's own shutdown leaves an idle connection open for up to its timeout and
+        drops a request that arrives on it meanwhile (the client, which wrote it, reads an
+        EOF, and the API server does not retry a webhook call): closing it at once leaves
+        only the moment a request is on the wire as the FIN goes out."""
+        runner = self._runner
+        if runner is None or runner.server is None:
+            return
+        for connection in list(runner.server.connections):
+            # Whether a connection is between requests is private to aiohttp: when these
+            # names change, none counts as idle and the runner's shutdown closes them.
+            busy = getattr(connection, "_request_in_progress", True)
+            queued = getattr(connection, "_messages", True)
+            if busy is False and not queued:
+                connection.force_close()
 
     async def _close_runner(self, timeout: float) -> None:
         runner, self._runner = self._runner, None

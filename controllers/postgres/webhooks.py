@@ -3,11 +3,13 @@ for ServiceBindings, and the PostgresInstance conversion between v1alpha1 and v1
 
 The decisions are :mod:`controllers.postgres.admission` (pure); here they meet the request and
 the client. The other objects a rule needs (the version policy, the bindings and users of a
-namespace) are read from the manager's cache, which the controllers' watches fill (the
-instance controller caches policies and users, the binding controller bindings and users): a
-webhook is registered only beside the controller whose cache it reads. Deletes are never
-refused (a finalizer does the cleanup), nor are status updates (the validating configuration
-covers the main resource only).
+namespace) are read from the manager's cache. :func:`setup_webhooks` holds those kinds in the
+cache itself, for the cache's life, rather than borrowing the controllers' watches: a
+controller releases its kinds when it stops, which at SIGTERM comes before the webhook server
+stops answering (its shutdown delay), and a review then would find nothing cached. A webhook
+is still registered only beside its controller (the operator runs what it is asked to).
+Deletes are never refused (a finalizer does the cleanup), nor are status updates (the
+validating configuration covers the main resource only).
 
 :func:`setup_webhooks` registers them at controller-runtime's paths
 (``/validate-postgres-crpy-io-v1beta1-postgresinstance``, ...) and ``/convert``.
@@ -40,7 +42,7 @@ from controllers.postgres.admission import (
     defaulted_version,
     instance_refusals,
 )
-from controllers.postgres.api import API_VERSION, BINDING, INSTANCE, USER
+from controllers.postgres.api import API_VERSION, BINDING, INSTANCE, POLICY, USER
 from controllers.postgres.common import version_policy
 
 __all__ = [
@@ -133,16 +135,19 @@ class BindingValidator:
             _deny([refusal])
 
 
-def setup_webhooks(manager: Manager, controllers: Sequence[str]) -> list[WebhookPaths]:
+async def setup_webhooks(manager: Manager, controllers: Sequence[str]) -> list[WebhookPaths]:
     """Register the conversion, and the admission webhooks of the chosen ``controllers``
     (``postgres-instance`` brings the PostgresInstance validator and defaulter,
-    ``service-binding`` the ServiceBinding validator). The conversion is always registered:
-    reads of v1alpha1, and of objects still stored as v1alpha1, need it whatever runs."""
+    ``service-binding`` the ServiceBinding validator), and hold in the manager's cache the
+    kinds they read (module docstring). The conversion is always registered: reads of
+    v1alpha1, and of objects still stored as v1alpha1, need it whatever runs."""
     instance = (
         WebhookBuilder(manager).for_(API_VERSION, INSTANCE).with_converter(INSTANCE_CONVERTER)
     )
+    read: list[str] = []
     if "postgres-instance" in controllers:
         instance = instance.with_validator(InstanceValidator()).with_defaulter(InstanceDefaulter())
+        read.append(POLICY)
     paths = [instance.complete()]
     if "service-binding" in controllers:
         paths.append(
@@ -151,4 +156,12 @@ def setup_webhooks(manager: Manager, controllers: Sequence[str]) -> list[Webhook
             .with_validator(BindingValidator())
             .complete()
         )
+        read += [BINDING, USER]
+    for kind in read:
+        await manager.cache.watch(API_VERSION, kind, holder=WEBHOOKS)
     return paths
+
+
+WEBHOOKS = "postgres-webhooks"
+"""The cache holder of the kinds the webhooks read: never released, so they stay cached
+until the cache stops, after the webhook server."""

@@ -205,6 +205,25 @@ def test_a_v1beta1_object_reads_and_writes_in_v1alpha1_through_the_conversion_we
 # -- a rolling restart under load --------------------------------------------------------------
 
 
+def webhook_failures_logged(cluster: LocalCluster, since: int) -> list[str]:
+    """The API server's log lines, from byte ``since`` on, about calls to the operator's
+    webhooks that failed (each says why: refused, reset, EOF, timeout, certificate)."""
+    log = cluster.plane.workdir / "kube-apiserver.log"
+    with log.open("rb") as handle:
+        handle.seek(since)
+        text = handle.read().decode(errors="replace")
+    return [
+        line
+        for line in text.splitlines()
+        if "postgresinstance.postgres.crpy.io" in line
+        and ("failed calling webhook" in line.lower() or "failing open" in line.lower())
+    ]
+
+
+def apiserver_log_size(cluster: LocalCluster) -> int:
+    return (cluster.plane.workdir / "kube-apiserver.log").stat().st_size
+
+
 async def _rolling_restart_under_load(cluster: LocalCluster, namespace: str) -> Load:
     """Creates at RATE a second from before ``kubectl rollout restart`` until both old Pods
     are gone (and a little after), the roll done meanwhile."""
@@ -261,8 +280,11 @@ def test_a_rolling_restart_under_20_creates_a_second_refuses_none(
     ``Connection: close`` on those answers, and ``maxUnavailable: 0``."""
     namespace = new_namespace(cluster, "webhook-load")
     assert ready_replicas(cluster) == 2, _context(cluster)
+    old = {pod["metadata"]["name"] for pod in operator_pods(cluster)}  # type: ignore[index]
     before = {name: webhook_calls(cluster, name) for name in (VALIDATING, MUTATING)}
+    log_at = apiserver_log_size(cluster)
     load = asyncio.run(_rolling_restart_under_load(cluster, namespace))
+    failures = webhook_failures_logged(cluster, log_at)
     after = {name: webhook_calls(cluster, name) for name in (VALIDATING, MUTATING)}
     calls: dict[str, WebhookCalls] = {n: after[n] - before[n] for n in before}
     TIMINGS["webhook_restart_creates"] = load.sent
@@ -273,16 +295,83 @@ def test_a_rolling_restart_under_20_creates_a_second_refuses_none(
     TIMINGS["webhook_restart_p99_ms"] = round(load.latency(0.99) * 1000, 1)
     TIMINGS["webhook_restart_validating_calls"] = calls[VALIDATING].calls
     TIMINGS["webhook_restart_mutating_failed_open"] = calls[MUTATING].failed_open
+    TIMINGS["webhook_restart_max_ms"] = round(max(load.latencies, default=0) * 1000, 1)
     print(f"\nrolling restart under load: {load.summary()}; API server: {calls}")
+    print("\n".join(["API server log, failed webhook calls:", *failures]))
     assert not load.refused, (
         f"{len(load.refused)} of {load.sent} creates refused during the rolling restart: "
-        f"{load.refused[:10]}\n{_context(cluster)}"
+        f"{load.refused[:10]}\n{failures}\n{_context(cluster)}"
     )
     assert load.achieved_rate >= 0.9 * RATE, load.summary()
-    assert load.seconds > 20, "the roll of two replicas takes longer than that"
     # Every create went through the validating webhook, and no call to either failed.
     assert calls[VALIDATING].calls >= load.sent, calls
-    assert calls[VALIDATING].rejected_calling == 0, calls
-    assert calls[MUTATING].failed_open == 0, calls
+    assert calls[VALIDATING].rejected_calling == 0, (calls, failures)
+    assert calls[MUTATING].failed_open == 0, (calls, failures)
     pods = operator_pods(cluster)
-    assert len(pods) == 2 and ready_replicas(cluster) == 2, _context(cluster)
+    new = {pod["metadata"]["name"] for pod in pods}  # type: ignore[index]
+    assert len(new) == 2 and not new & old, f"both replicas replaced: {old} -> {new}"
+    assert ready_replicas(cluster) == 2, _context(cluster)
+
+
+def _set_shutdown_delay(cluster: LocalCluster, value: str | None) -> None:
+    """Add ``--webhook-shutdown-delay=value`` to the operator's arguments (``None``: remove
+    it again) and wait for the rollout."""
+    deployment = get_json(cluster, "deployment", "crpy-operator", "-n", OPERATOR_NAMESPACE)
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    flag = "--webhook-shutdown-delay="
+    kept = [a for a in args if not a.startswith(flag)]
+    wanted = kept if value is None else [*kept, flag + value]
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": wanted}]
+    cluster.kubectl(
+        "patch",
+        "deployment",
+        "crpy-operator",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--type=json",
+        "-p",
+        json.dumps(patch),
+    )
+    cluster.kubectl(
+        "rollout",
+        "status",
+        "deployment/crpy-operator",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--timeout=300s",
+        timeout=320,
+    )
+
+
+def test_without_the_shutdown_delay_the_same_restart_is_measured_for_comparison(
+    cluster: LocalCluster, policy: dict[str, Any]
+) -> None:
+    """The control: the replicas started with ``--webhook-shutdown-delay=0`` (the port closes
+    at SIGTERM, as before the delay existed), then the same restart under the same load. Its
+    refusals are recorded, not asserted (how many depends on how the API server's connections
+    fall at that moment); docs/e2e.md has the numbers. The Deployment is put back after."""
+    namespace = new_namespace(cluster, "webhook-control")
+    _set_shutdown_delay(cluster, "0")
+    try:
+        for pod in operator_pods(cluster):
+            args = pod["spec"]["containers"][0]["args"]  # type: ignore[index]
+            assert "--webhook-shutdown-delay=0" in args, _context(cluster)
+        assert ready_replicas(cluster) == 2, _context(cluster)
+        before = webhook_calls(cluster, VALIDATING)
+        log_at = apiserver_log_size(cluster)
+        load = asyncio.run(_rolling_restart_under_load(cluster, namespace))
+        calls = webhook_calls(cluster, VALIDATING) - before
+        failures = webhook_failures_logged(cluster, log_at)
+        TIMINGS["webhook_no_delay_restart_creates"] = load.sent
+        TIMINGS["webhook_no_delay_restart_refused"] = len(load.refused)
+        TIMINGS["webhook_no_delay_calling_errors"] = calls.rejected_calling
+        print(
+            f"\nwithout the shutdown delay: {load.summary()}; API server: {calls}; "
+            f"refusals: {[message[:160] for _, _, message in load.refused[:5]]}"
+        )
+        print("\n".join(["API server log, failed webhook calls:", *failures]))
+        assert load.achieved_rate >= 0.9 * RATE, load.summary()
+        assert calls.calls >= load.admitted, "the admitted creates went through the webhook"
+    finally:
+        _set_shutdown_delay(cluster, None)
+    assert ready_replicas(cluster) == 2, _context(cluster)

@@ -523,7 +523,7 @@ async def start_replica(
         workers = settings.concurrency.get(name, settings.max_concurrent_reconciles)
         options = ControllerOptions(max_concurrent_reconciles=workers, skip_name_validation=True)
         await CONTROLLERS[name](manager, options)
-    setup_webhooks(manager, settings)
+    await setup_webhooks(manager, settings)
     run = asyncio.create_task(manager.run(), name="operator-replica")
     return Replica(manager, run, ring_transport)
 

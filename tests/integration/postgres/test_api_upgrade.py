@@ -270,7 +270,7 @@ async def test_postgres_instances_convert_through_the_webhook_and_migrate(tmp_pa
             cache = Cache(InformerFactory(transport))
             client = Client(transport, cache, field_manager="test")
             server = WebhookServer(port=0, host="127.0.0.1", cert_dir=tmp_path)
-            setup_webhooks(_Host(server, client), [])  # type: ignore[arg-type]
+            await setup_webhooks(_Host(server, client), [])  # type: ignore[arg-type]
             await server.start()
             try:
                 await _convert_and_migrate(plane, client, server, ca.cert_pem, tmp_path)

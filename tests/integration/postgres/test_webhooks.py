@@ -13,32 +13,41 @@ in a cluster).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import json
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from controller_runtime.cache import Cache
 from controller_runtime.client import Client
 from controller_runtime.envtest.certs import CertificateAuthority
+from controller_runtime.manager import Manager, ManagerOptions
 from controller_runtime.testing import eventually
 from controller_runtime.webhook import WebhookServer
+from controllers.postgres import setup_instance_controller
 from controllers.postgres.api import API_VERSION, BINDING, INSTANCE, POLICY, POLICY_NAME, USER
 from controllers.postgres.webhooks import setup_webhooks
 from informers.shared import InformerFactory
+from kubeclient.config import ClusterConfig
 from kubeclient.errors import ApiError
 from kubeclient.transport import Transport
+from tests.integration.postgres.conftest import TEST_OPTIONS
 
 
 @dataclass
 class Host:
     webhook_server: WebhookServer
     client: Client
+    cache: Cache
 
 
 def _configuration(
@@ -77,10 +86,8 @@ async def webhooks(transport: Transport, tmp_path: Path) -> AsyncIterator[Client
     server = WebhookServer(port=0, host="127.0.0.1", cert_dir=tmp_path)
     cache = Cache(InformerFactory(transport))
     client = Client(transport, cache, field_manager="test")
-    for kind in (POLICY, BINDING, USER):  # what the handlers read from the cache
-        await cache.watch(API_VERSION, kind)
-    setup_webhooks(
-        Host(server, client),  # type: ignore[arg-type]
+    await setup_webhooks(  # which watches in the cache what the handlers read
+        Host(server, client, cache),  # type: ignore[arg-type]
         ["postgres-instance", "service-binding"],
     )
     await server.start()
@@ -264,3 +271,71 @@ async def test_a_binding_whose_role_is_taken_on_its_instance_is_refused_through_
     )
     stored = await client.list(API_VERSION, BINDING, namespace=namespace)
     assert sorted(b["metadata"]["name"] for b in stored) == ["checkout", "elsewhere"]
+
+
+async def test_reviews_during_the_shutdown_delay_still_read_the_cache(
+    admin_config: ClusterConfig, kube: Client, namespace: str, tmp_path: Path
+) -> None:
+    """At SIGTERM the controllers stop first (a controller releases the kinds it cached)
+    while the webhook server keeps answering for its shutdown delay: a review in that
+    window still finds the version policy (the webhooks hold it themselves), and refuses a
+    disabled version with the policy's verdict rather than failing."""
+    ca = CertificateAuthority()
+    ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    server = WebhookServer(port=0, host="127.0.0.1", cert_dir=tmp_path, shutdown_delay=3.0)
+    manager = Manager(
+        admin_config,
+        ManagerOptions(
+            metrics_bind_address=None, health_probe_bind_address=None, webhook_server=server
+        ),
+    )
+    await setup_instance_controller(manager, manager.client, options=TEST_OPTIONS)
+    await setup_webhooks(manager, ["postgres-instance"])
+    await _policy(manager.client)  # seen by the cache the webhooks read
+    running = asyncio.create_task(manager.run())
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "during-shutdown",
+            "kind": {"group": "postgres.crpy.io", "version": "v1beta1", "kind": INSTANCE},
+            "resource": {
+                "group": "postgres.crpy.io",
+                "version": "v1beta1",
+                "resource": "postgresinstances",
+            },
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "someone"},
+            "object": _instance(namespace, "retired", "14"),
+        },
+    }
+    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    try:
+        await eventually(server.ready, timeout=30)
+        await eventually(lambda: manager.cache.list(API_VERSION, POLICY), timeout=30)
+        assert _cached_kinds(manager) >= {POLICY, INSTANCE, "StatefulSet"}
+        manager.request_stop()  # SIGTERM
+
+        def controllers_released() -> bool:  # what the instance controller alone cached
+            return "StatefulSet" not in _cached_kinds(manager)
+
+        await eventually(controllers_released, timeout=30)
+        assert not running.done() and server.shutting_down
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            url = f"{server.url}/validate-postgres-crpy-io-v1beta1-postgresinstance"
+            async with session.post(url, json=review) as answer:
+                body = await answer.text()
+        assert answer.status == 200, body
+        response = json.loads(body)["response"]
+        assert response["allowed"] is False
+        assert "version 14 is disabled by the version policy" in response["status"]["message"]
+    finally:
+        manager.request_stop()
+        await asyncio.wait_for(running, 60)
+        await kube.delete(dict(POLICY_OBJECT))
+
+
+def _cached_kinds(manager: Manager) -> set[str]:
+    return {entry.resource.kind for entry in manager.cache.kinds()}

@@ -14,7 +14,13 @@ import pytest
 
 from controller_runtime import ByObject, Client, LeaderElectionConfig, ManagerOptions
 from controller_runtime.client import LiveReader
-from controller_runtime.webhook import DEFAULT_CERT_DIR, WebhookServer
+from controller_runtime.webhook import (
+    DEFAULT_CERT_DIR,
+    InjectedCABundles,
+    RotationPolicy,
+    SelfManagedCertificates,
+    WebhookServer,
+)
 
 REFERENCE = (Path(__file__).resolve().parents[3] / "docs" / "reference.md").read_text()
 ROW = re.compile(r"^\| `(?P<name>\w+)` \| (?P<default>[^|]+) \|", re.M)
@@ -61,6 +67,9 @@ def code_default(field: dataclasses.Field[Any]) -> Any:
         ("ManagerOptions", ManagerOptions),
         ("ByObject", ByObject),
         ("LeaderElectionConfig", LeaderElectionConfig),
+        ("SelfManagedCertificates", SelfManagedCertificates),
+        ("RotationPolicy", RotationPolicy),
+        ("InjectedCABundles", InjectedCABundles),
     ],
 )
 def test_every_option_is_documented_with_its_default(title: str, cls: type) -> None:
@@ -73,6 +82,10 @@ def test_every_option_is_documented_with_its_default(title: str, cls: type) -> N
             assert text == "required", f"{title}.{name} has no default: document it as required"
             continue
         literal = text.strip("`")
+        if re.fullmatch(r"\w+\(\)", literal):  # a default instance: RotationPolicy()
+            assert literal == f"{type(default).__name__}()", f"{title}.{name}"
+            assert default == type(default)(), f"{title}.{name}: not the class's defaults"
+            continue
         try:
             value = ast.literal_eval(literal)
         except (ValueError, SyntaxError):

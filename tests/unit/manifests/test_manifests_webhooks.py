@@ -8,6 +8,7 @@ node: tests/e2e/test_webhooks.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 from controller_runtime.client import Client
@@ -42,15 +43,21 @@ def webhooks() -> list[tuple[str, dict[str, Any]]]:
     return [(c["kind"], w) for c in configurations() for w in c["webhooks"]]
 
 
+class _Cache:
+    async def watch(self, *args: object, **kwargs: object) -> None:
+        pass  # no API server here: only the paths matter
+
+
 class _Host:
     def __init__(self) -> None:
         self.webhook_server = WebhookServer(cert_dir=None)
         self.client = cast(Client, None)
+        self.cache = _Cache()
 
 
 def served_paths() -> set[str]:
     host = _Host()
-    setup_webhooks(host, KNOWN_CONTROLLERS)  # type: ignore[arg-type]
+    asyncio.run(setup_webhooks(host, KNOWN_CONTROLLERS))  # type: ignore[arg-type]
     return set(host.webhook_server.paths)
 
 

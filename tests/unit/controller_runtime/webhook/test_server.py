@@ -551,3 +551,17 @@ async def test_a_stop_without_drain_time_closes_at_once(
         await server.stop(0)
     with pytest.raises(aiohttp.ClientConnectionError):
         await post(session, server, VALIDATE, review(spec={"do": "ok"}))
+
+
+async def test_the_managers_stop_request_starts_the_webhook_servers_shutdown() -> None:
+    """SIGTERM (request_stop) is when the Service and kube-proxy begin dropping the Pod: the
+    shutdown delay counts from then, not from when the controllers have drained."""
+    from controller_runtime.manager import Manager, ManagerOptions  # noqa: PLC0415
+    from kubeclient.config import ClusterConfig  # noqa: PLC0415
+
+    server = WebhookServer(cert_dir=None, shutdown_delay=5.0)
+    config = ClusterConfig("https://127.0.0.1:1", ssl.create_default_context())
+    async with Manager(config, ManagerOptions(webhook_server=server)) as manager:
+        assert not server.shutting_down
+        manager.request_stop()
+        assert server.shutting_down
