@@ -12,10 +12,12 @@ operator's webhook, served on loopback here with the CRD pointing at it by URL.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from controller_runtime.crdgen import crd_documents, render
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.certs import CertificateAuthority
 from controller_runtime.storage_migration import StorageVersionMigrator, migrate
+from controller_runtime.testing import eventually
 from controller_runtime.webhook import WebhookServer
 from controllers.api.postgres import (
     BackupPlanV1alpha1,
@@ -39,6 +42,8 @@ from controllers.api.postgres import (
     ServiceBindingV1alpha1,
 )
 from controllers.api.postgres.conversion import SYNCHRONOUS_ANNOTATION, instance_to_v1beta1
+from controllers.app import build_manager, setup_controllers
+from controllers.cli import settings_from
 from controllers.migrate import run
 from controllers.postgres.webhooks import setup_webhooks
 from informers.shared import InformerFactory
@@ -342,3 +347,125 @@ async def _convert_and_migrate(
     assert result is not None and result.rewritten + result.skipped == len(INSTANCES)
     for before in created:
         assert await stored_api_version(plane, before) == BETA
+
+
+async def test_the_first_replica_of_this_release_converts_for_itself_without_a_leader(
+    tmp_path: Path,
+) -> None:
+    """The upgrade of docs/deploy.md with the base install's self-managed certificates: the
+    old release still holds the Lease (so no new replica leads, and no rotator runs), the
+    PostgresInstances are stored as v1alpha1, the new CRD's conversion names the new replica
+    with no caBundle. The replica creates the certificates itself, fills the CRD's caBundle,
+    converts its own list of PostgresInstances and turns ready as a follower."""
+    with ControlPlane(crd_directory=None) as plane:
+        plane.install_crds([previous_instance_crd(tmp_path)])
+        async with Transport(await load_kubeconfig(plane.kubeconfig)) as transport:
+            admin = Client(transport, Cache(InformerFactory(transport)), field_manager="test")
+            await admin.create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            )
+            for item in INSTANCES:
+                await admin.create(
+                    {
+                        "apiVersion": ALPHA,
+                        "kind": "PostgresInstance",
+                        "metadata": {"name": item["name"], "namespace": NAMESPACE},
+                        "spec": item["spec"],
+                    }
+                )
+            await admin.create(_held_lease(NAMESPACE, "controller-runtime-py-operator"))
+            # This release's CRDs; the conversion by URL (no Service here) to a port nothing
+            # listens on yet, and, as in manifests/, no caBundle.
+            new = yaml.safe_load((ROOT / "manifests" / "crds" / INSTANCE_CRD_FILE).read_text())
+            new["spec"]["conversion"]["webhook"]["clientConfig"] = {
+                "url": "https://127.0.0.1:1/convert"
+            }
+            upgraded = tmp_path / INSTANCE_CRD_FILE
+            upgraded.write_text(yaml.safe_dump(new))
+            others = [
+                p
+                for p in sorted((ROOT / "manifests" / "crds").glob("postgres.crpy.io_*.yaml"))
+                if p.name != INSTANCE_CRD_FILE
+            ]
+            plane.install_crds([upgraded, *others])
+
+            settings = settings_from(
+                [
+                    "--leader-elect",
+                    f"--leader-election-namespace={NAMESPACE}",
+                    "--metrics-bind-address=0",
+                    "--health-probe-bind-address=127.0.0.1:0",
+                    "--controllers=postgres-instance",
+                    "--webhook-port=9443",
+                    "--webhook-certificates=self-managed",
+                    f"--webhook-namespace={NAMESPACE}",
+                    "--webhook-extra-hosts=127.0.0.1",
+                    "--webhook-configuration=",
+                    "--webhook-shutdown-delay=0",
+                ]
+            )
+            config = await load_kubeconfig(plane.kubeconfig)
+            manager = build_manager(settings, config)
+            manager.webhook_server.host, manager.webhook_server.port = "127.0.0.1", 0
+            await setup_controllers(manager, settings)
+            running = asyncio.create_task(manager.run())
+            try:
+                await eventually(lambda: manager.webhook_server.url is not None, timeout=30)
+                # Point the conversion at the replica (the Service's job in a cluster),
+                # keeping whatever caBundle is there.
+                await transport.request(
+                    "PATCH",
+                    f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{new['metadata']['name']}",
+                    body={
+                        "spec": {
+                            "conversion": {
+                                "webhook": {
+                                    "clientConfig": {"url": f"{manager.webhook_server.url}/convert"}
+                                }
+                            }
+                        }
+                    },
+                    content_type="application/merge-patch+json",
+                )
+                assert manager.health_url is not None
+                async with aiohttp.ClientSession() as session:
+
+                    async def ready() -> bool:
+                        async with session.get(f"{manager.health_url}/readyz") as answer:
+                            return answer.status == 200
+
+                    await eventually(ready, timeout=60)
+                assert not manager.is_leader, "the old release holds the Lease"
+                secret = await admin.live.get(
+                    "v1", "Secret", name=settings.webhook_secret, namespace=NAMESPACE
+                )
+                crd = await admin.live.get(
+                    "apiextensions.k8s.io/v1",
+                    "CustomResourceDefinition",
+                    name=new["metadata"]["name"],
+                )
+                bundle = crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]
+                assert bundle == secret["data"]["ca.crt"]
+                cached = manager.cache.list(BETA, "PostgresInstance", namespace=NAMESPACE)
+                assert sorted(o["metadata"]["name"] for o in cached) == sorted(
+                    i["name"] for i in INSTANCES
+                ), "the replica's own cache, converted by its own webhook"
+            finally:
+                manager.request_stop()
+                await asyncio.wait_for(running, 60)
+
+
+def _held_lease(namespace: str, name: str) -> dict[str, Any]:
+    """A Lease the previous release's leader holds and renews (for the next minute)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "holderIdentity": "crpy-operator-previous-release",
+            "leaseDurationSeconds": 600,
+            "acquireTime": now,
+            "renewTime": now,
+        },
+    }
