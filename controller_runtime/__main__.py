@@ -4,7 +4,8 @@
 
     python -m controller_runtime init --domain example.com --name my-operator
     python -m controller_runtime create api --group shop --version v1 --kind Widget
-    python -m controller_runtime create webhook --group shop --version v1 --kind Widget
+    python -m controller_runtime create webhook --group shop --version v1 --kind Widget \
+        --defaulting --programmatic-validation [--conversion]
     python -m controller_runtime manifests [--check]
 
 ``init`` and ``create`` work in the current directory (``--dir`` for another); see
@@ -54,8 +55,18 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--cluster-scoped", action="store_true", help="a cluster-scoped kind")
         else:
             sub.add_argument("--defaulting", action="store_true", help="a defaulter")
-            sub.add_argument("--validation", action="store_true", help="a validator")
-            sub.add_argument("--conversion", action="store_true", help="a converter")
+            sub.add_argument(
+                "--programmatic-validation",
+                "--validation",
+                dest="validation",
+                action="store_true",
+                help="a validator",
+            )
+            sub.add_argument(
+                "--conversion",
+                action="store_true",
+                help="a converter between the kind's versions (create api a second one first)",
+            )
 
     manifests = commands.add_parser(
         "manifests", help="regenerate the CRDs and RBAC", allow_abbrev=False
