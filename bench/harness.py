@@ -147,7 +147,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--restart-objects",
         type=int,
-        help="reconciled Tasks the restart scenario starts on (default 100000)",
+        help="reconciled Tasks the restart scenario starts on (default 100000); with "
+        "--storage, the restart runs on the first rung of the ladder holding that many",
     )
     p.add_argument(
         "--restart-load",
