@@ -11,9 +11,10 @@ kustomize configuration with self-managed certificates, and a test of each throu
 control plane's API server.
 
 Guarantees: nothing existing is overwritten (a file in the way fails the command before
-anything is written, naming it); generated code passes ``ruff`` and ``mypy --strict``; the
-same arguments give the same files. Code is added to existing files only at the
-``# +scaffold:`` markers, which must stay where ``init`` put them.
+anything is written, naming it); generated code passes ``ruff check``, ``ruff format`` (for
+kind names of ordinary length: a long one makes some lines that ``ruff format`` rewraps) and
+``mypy --strict``; the same arguments give the same files. Code is added to existing files
+only at the ``# +scaffold:`` markers, which must stay where ``init`` put them.
 """
 
 from __future__ import annotations

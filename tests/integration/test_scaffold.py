@@ -185,9 +185,10 @@ def test_the_generated_config_builds_and_the_api_server_accepts_it(
     applied_namespace(documents, control_plane, tmp_path)
     rest = tmp_path / "config.yaml"
     rest.write_text(yaml.safe_dump_all([d for d in documents if d["kind"] != "Namespace"]))
-    applied = control_plane.kubectl(
-        "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", str(rest)
-    )
+    # --force-conflicts: the session's control plane may hold a CRD of that name already
+    # (the docs' Widget), applied by another field manager; a dry run changes nothing.
+    dry_run = ["--server-side", "--dry-run=server", "--force-conflicts", "--field-manager=test"]
+    applied = control_plane.kubectl("apply", *dry_run, "-f", str(rest))
     assert "deployment.apps/my-operator-manager serverside-applied (server dry run)" in applied
 
 
