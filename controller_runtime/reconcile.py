@@ -19,6 +19,17 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from controller_runtime.fencing import Fence
 from kubeclient.discovery import ResourceInfo
 
+__all__ = [
+    "ConsistencyGuard",
+    "ReconcileContext",
+    "ReconcileFunc",
+    "Reconciler",
+    "Request",
+    "Result",
+    "TerminalError",
+    "current_reconcile",
+]
+
 
 class Request(NamedTuple):
     """The key of the object to reconcile. ``namespace`` is ``""`` for cluster-scoped ones."""
