@@ -37,6 +37,7 @@ from tests.e2e.webhook_load import (
     Load,
     WebhookCalls,
     create_at_rate,
+    read_at_rate,
     webhook_calls,
 )
 
@@ -205,6 +206,24 @@ def test_a_v1beta1_object_reads_and_writes_in_v1alpha1_through_the_conversion_we
 # -- a rolling restart under load --------------------------------------------------------------
 
 
+def _stored_instance(cluster: LocalCluster, namespace: str) -> None:
+    """One PostgresInstance stored in ``namespace`` (an existing server's, so no Pod runs):
+    what the v1alpha1 reads of the load convert."""
+    instance = {
+        "apiVersion": "postgres.crpy.io/v1beta1",
+        "kind": "PostgresInstance",
+        "metadata": {"name": "stored", "namespace": namespace},
+        "spec": {
+            "external": {
+                "host": f"nowhere.{namespace}.svc.cluster.local",
+                "port": 5432,
+                "adminSecretRef": {"name": "nowhere-admin"},
+            },
+        },
+    }
+    cluster.kubectl("create", "-f", "-", input_text=json.dumps(instance))
+
+
 def webhook_failures_logged(cluster: LocalCluster, since: int) -> list[str]:
     """The API server's log lines, from byte ``since`` on, about calls to the operator's
     webhooks that failed (each says why: refused, reset, EOF, timeout, certificate)."""
@@ -224,14 +243,18 @@ def apiserver_log_size(cluster: LocalCluster) -> int:
     return (cluster.plane.workdir / "kube-apiserver.log").stat().st_size
 
 
-async def _rolling_restart_under_load(cluster: LocalCluster, namespace: str) -> Load:
+async def _rolling_restart_under_load(cluster: LocalCluster, namespace: str) -> tuple[Load, Load]:
     """Creates at RATE a second from before ``kubectl rollout restart`` until both old Pods
-    are gone (and a little after), the roll done meanwhile."""
+    are gone (and a little after), the roll done meanwhile; beside them, v1alpha1 reads of
+    the namespace's one stored instance (each converted by the webhook) at 10 a second.
+    Returns (creates, reads)."""
     old = [pod["metadata"]["name"] for pod in operator_pods(cluster)]  # type: ignore[index]
     config = await load_kubeconfig(cluster.kubeconfig)
     async with Transport(config, max_retries=0) as transport:
         stop = asyncio.Event()
         load = asyncio.create_task(create_at_rate(transport, namespace, stop, rate=RATE))
+        alpha = f"/apis/postgres.crpy.io/v1alpha1/namespaces/{namespace}/postgresinstances"
+        reads = asyncio.create_task(read_at_rate(transport, alpha, stop))
         try:
             await asyncio.sleep(3)  # the load's steady state before the roll
             await asyncio.to_thread(
@@ -266,7 +289,8 @@ async def _rolling_restart_under_load(cluster: LocalCluster, namespace: str) -> 
         finally:
             stop.set()
             result = await load
-    return result
+            read = await reads
+    return result, read
 
 
 def test_a_rolling_restart_under_20_creates_a_second_refuses_none(
@@ -282,9 +306,16 @@ def test_a_rolling_restart_under_20_creates_a_second_refuses_none(
     assert ready_replicas(cluster) == 2, _context(cluster)
     old = {pod["metadata"]["name"] for pod in operator_pods(cluster)}  # type: ignore[index]
     before = {name: webhook_calls(cluster, name) for name in (VALIDATING, MUTATING)}
+    _stored_instance(cluster, namespace)
     log_at = apiserver_log_size(cluster)
-    load = asyncio.run(_rolling_restart_under_load(cluster, namespace))
+    load, reads = asyncio.run(_rolling_restart_under_load(cluster, namespace))
     failures = webhook_failures_logged(cluster, log_at)
+    TIMINGS["webhook_restart_conversion_reads"] = reads.sent
+    TIMINGS["webhook_restart_conversion_failed"] = len(reads.refused)
+    print(
+        f"\nv1alpha1 reads (conversion) meanwhile: {reads.summary()}; failed: "
+        f"{[message[:200] for _, _, message in reads.refused[:5]]}"
+    )
     after = {name: webhook_calls(cluster, name) for name in (VALIDATING, MUTATING)}
     calls: dict[str, WebhookCalls] = {n: after[n] - before[n] for n in before}
     TIMINGS["webhook_restart_creates"] = load.sent
@@ -358,9 +389,11 @@ def test_without_the_shutdown_delay_the_same_restart_is_measured_for_comparison(
             assert "--webhook-shutdown-delay=0" in args, _context(cluster)
         assert ready_replicas(cluster) == 2, _context(cluster)
         before = webhook_calls(cluster, VALIDATING)
+        _stored_instance(cluster, namespace)
         log_at = apiserver_log_size(cluster)
-        load = asyncio.run(_rolling_restart_under_load(cluster, namespace))
+        load, reads = asyncio.run(_rolling_restart_under_load(cluster, namespace))
         calls = webhook_calls(cluster, VALIDATING) - before
+        TIMINGS["webhook_no_delay_conversion_failed"] = len(reads.refused)
         failures = webhook_failures_logged(cluster, log_at)
         TIMINGS["webhook_no_delay_restart_creates"] = load.sent
         TIMINGS["webhook_no_delay_restart_refused"] = len(load.refused)

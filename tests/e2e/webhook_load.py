@@ -116,6 +116,44 @@ async def create_at_rate(
     return load
 
 
+async def read_at_rate(
+    transport: Transport, path: str, stop: asyncio.Event, rate: float = 10.0
+) -> Load:
+    """GET ``path`` every ``1/rate`` seconds until ``stop`` (each on its own, never retried):
+    a list of v1alpha1 PostgresInstances is converted by the operator's webhook."""
+    load = Load(rate)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    pending: set[asyncio.Task[None]] = set()
+
+    async def read() -> None:
+        sent_at = loop.time()
+        try:
+            await transport.request("GET", path, max_retries=0, timeout=60)
+        except ApiError as err:
+            load.refused.append((sent_at - started, err.status, err.message))
+        except Exception as err:
+            load.refused.append((sent_at - started, 0, f"{type(err).__name__}: {err}"))
+        else:
+            load.admitted += 1
+            load.latencies.append(loop.time() - sent_at)
+
+    due = started
+    while not stop.is_set():
+        task = asyncio.create_task(read())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        load.sent += 1
+        due += 1 / rate
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, due - loop.time())):
+                await stop.wait()
+    load.seconds = loop.time() - started
+    if pending:
+        await asyncio.gather(*pending)
+    return load
+
+
 @dataclass(frozen=True)
 class WebhookCalls:
     """The API server's counters for one webhook (``apiserver_admission_webhook_*``)."""
