@@ -346,7 +346,8 @@ def test_a_rolling_restart_under_20_creates_a_second_refuses_none(
 
 def _set_shutdown_delay(cluster: LocalCluster, value: str | None) -> None:
     """Add ``--webhook-shutdown-delay=value`` to the operator's arguments (``None``: remove
-    it again) and wait for the rollout."""
+    it again) and wait until the rollout is done and the old Pods are gone."""
+    old = [pod["metadata"]["name"] for pod in operator_pods(cluster)]  # type: ignore[index]
     deployment = get_json(cluster, "deployment", "crpy-operator", "-n", OPERATOR_NAMESPACE)
     args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     flag = "--webhook-shutdown-delay="
@@ -371,6 +372,15 @@ def _set_shutdown_delay(cluster: LocalCluster, value: str | None) -> None:
         OPERATOR_NAMESPACE,
         "--timeout=300s",
         timeout=320,
+    )
+    cluster.kubectl(
+        "wait",
+        "--for=delete",
+        *(f"pod/{name}" for name in old),
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--timeout=120s",
+        timeout=140,
     )
 
 
