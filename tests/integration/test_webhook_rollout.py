@@ -11,8 +11,8 @@ With the server's ``shutdown_delay`` longer than the lag, no create is refused: 
 Without it (the port closing at the stop request, as before the delay existed), a new
 connection the balancer still sends to the stopped replica fails, and so does the create it
 carries; how many that is depends on when the API server opens connections (it keeps them
-alive), so that run is printed beside the other, not asserted (0 to 2 of about 140 on this
-machine). On a real node the same is measured with kube-proxy itself
+alive), so that run is printed beside the other, not asserted (0 or 1 of about 140 in six
+runs on this machine). On a real node the same is measured with kube-proxy itself
 (tests/e2e/test_operator_webhooks.py, docs/e2e.md)."""
 
 from __future__ import annotations
