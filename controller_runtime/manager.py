@@ -342,14 +342,18 @@ class Manager:
         """Stop ``controller`` and forget it; the manager runs on. Its handlers leave the
         shared informers, in-flight reconciles get ``drain_timeout`` seconds (default: the
         manager's ``graceful_shutdown_timeout``), and the kinds no other controller or reader
-        holds stop being watched (see :mod:`controller_runtime.cache`). The same as
-        ``controller.stop()``. Returns whether every in-flight reconcile finished in time."""
+        holds stop being watched (see :mod:`controller_runtime.cache`), and its metric
+        series (``controller_runtime_*{controller}``, ``workqueue_*{name}``) are removed.
+        The same as ``controller.stop()``. Returns whether every in-flight reconcile
+        finished in time."""
         timeout = self.options.graceful_shutdown_timeout if drain_timeout is None else drain_timeout
         return await controller.stop(timeout)
 
     def _forget(self, controller: Controller) -> None:
         if controller in self.controllers:
             self.controllers.remove(controller)
+        if not self.stopping:  # stopped at run time: its metric series go with it
+            cr_metrics.remove_controller_series(controller.name, controller.queue)
 
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._healthz[name] = check
