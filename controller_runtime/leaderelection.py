@@ -57,6 +57,12 @@ from controller_runtime.metrics import TASK_FAILURES
 from kubeclient.errors import ApiError, ConflictError, NotFoundError
 from kubeclient.transport import Transport
 
+__all__ = [
+    "LeaderElectionConfig",
+    "LeaderElectionLostError",
+    "LeaderElector",
+]
+
 log = logging.getLogger(__name__)
 
 JITTER = 1.2

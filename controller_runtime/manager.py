@@ -96,6 +96,16 @@ from informers.shared import InformerFactory
 from kubeclient.config import ClusterConfig
 from kubeclient.transport import Transport
 
+__all__ = [
+    "EVENT_LOOP_ENV",
+    "Manager",
+    "ManagerOptions",
+    "Runnable",
+    "install_event_loop",
+    "install_uvloop",
+    "run_until_signalled",
+]
+
 log = logging.getLogger(__name__)
 
 Check = Callable[[], bool | Awaitable[bool]]

@@ -21,6 +21,17 @@ from kubeclient.discovery import ResourceInfo
 if TYPE_CHECKING:  # fencing reads the current reconcile's fence from this module
     from controller_runtime.fencing import Fence
 
+__all__ = [
+    "ConsistencyGuard",
+    "ReconcileContext",
+    "ReconcileFunc",
+    "Reconciler",
+    "Request",
+    "Result",
+    "TerminalError",
+    "current_reconcile",
+]
+
 
 class Request(NamedTuple):
     """The key of the object to reconcile. ``namespace`` is ``""`` for cluster-scoped ones."""
