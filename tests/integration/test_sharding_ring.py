@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.faultproxy import FaultProxy
@@ -62,22 +63,37 @@ async def scenario(
             replicas = [a, b, c]
             await until(lambda: balanced(replicas), 120, "3 replicas to split the slots")
             timings["converge_3"] = await until_converged(transport, namespace, 600)
-            # Each replica's cache holds its share: about a third, never everything.
-            await until(lambda: all(r.status()["synced"] for r in replicas), 60, "caches synced")
-            held = [r.status()["objects"] for r in replicas]
-            assert sum(held) == count, f"caches hold {held}, not a partition of {count}"
-            for member, objects in zip(replicas, held, strict=True):
-                share = len(member.slots()) / SLOTS
+            # Each replica's cache holds its share: about a third, never everything. Judged on
+            # one status snapshot per replica, taken when the ring is balanced and every cache
+            # synced (on a loaded machine a replica may miss its renew deadline and hand its
+            # slots over for a while: then the others hold more, and the check waits).
+            snapshots: list[dict[str, Any]] = []
+
+            def settled() -> bool:
+                snapshots[:] = [r.status() for r in replicas]
+                slots = sorted(s for snap in snapshots for s in snap["slots"])
+                loads = [len(snap["slots"]) for snap in snapshots]
+                return (
+                    slots == list(range(SLOTS))
+                    and max(loads) - min(loads) <= 1
+                    and all(snap["synced"] for snap in snapshots)
+                    and sum(snap["objects"] for snap in snapshots) == count
+                )
+
+            await until(settled, 300, "the ring balanced with every cache synced")
+            for member, snap in zip(replicas, snapshots, strict=True):
+                objects = snap["objects"]
+                share = len(snap["slots"]) / SLOTS
                 assert abs(objects - share * count) <= 0.15 * count, (member.identity, objects)
                 assert objects < 0.5 * count
                 # Objects received (list items and watch events, before client-side
                 # filtering): a share when the server filters; every object once per owned
                 # slot when it does not.
-                received = member.status()["received"]
+                received = snap["received"]
                 if server_filters:
                     assert received < count, (member.identity, received)
                 else:
-                    assert received >= len(member.slots()) * count, (member.identity, received)
+                    assert received >= len(snap["slots"]) * count, (member.identity, received)
 
             # A 4th replica joins while Tasks keep changing.
             stop = asyncio.Event()
