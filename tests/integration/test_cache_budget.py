@@ -8,7 +8,9 @@ and the informers lagging behind a proxy; a reader holds a kind for a block only
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -333,3 +335,60 @@ async def test_the_operators_map_functions_answer_under_a_budget(
             assert sorted(u["metadata"]["name"] for u in exact) == ["app", "reporting"]
         finally:
             await cache.stop()
+
+
+async def test_a_sharded_controllers_slots_share_the_kinds_budget(
+    admin_config: ClusterConfig, transport: Transport, namespace: str
+) -> None:
+    """With a shard ring, every slot's informer is under the cache's budget (one budget for
+    the kind), and a reconcile reading through the client gets the whole body fetched."""
+    from controller_runtime import ControllerBuilder, Request  # noqa: PLC0415
+    from controller_runtime.manager import Manager, ManagerOptions  # noqa: PLC0415
+    from tests.integration.test_sharding_manager import (  # noqa: PLC0415
+        TASKS,
+        ring_config,
+        task,
+    )
+
+    base = f"/apis/tasks.crpy.io/v1/namespaces/{namespace}/tasks"
+    for i in range(10):
+        await transport.request("POST", base, body=task(f"t{i}"))
+    manager = Manager(
+        admin_config,
+        ManagerOptions(
+            namespaces=[namespace],
+            metrics_bind_address=None,
+            health_probe_bind_address=None,
+            shard_ring=ring_config(namespace, f"budget-{uuid.uuid4().hex[:6]}"),
+            cache_memory_limit=0,
+        ),
+    )
+    read: dict[str, dict[str, Any]] = {}
+    all_read = asyncio.Event()
+
+    async def reconcile(request: Request) -> None:
+        read[request.name] = await manager.client.get(TASKS, "Task", request)
+        if len(read) == 10:
+            all_read.set()
+
+    labels = {"group": "tasks.crpy.io", "kind": "Task"}
+    before = metrics.REGISTRY.get_sample_value("cache_fetch_on_miss_total", labels) or 0.0
+    sharded = await (
+        ControllerBuilder(manager)
+        .for_(TASKS, "Task")
+        .with_options(skip_name_validation=True)
+        .complete_sharded(reconcile)
+    )
+    running = asyncio.create_task(manager.run())
+    try:
+        await asyncio.wait_for(all_read.wait(), 60)
+        informers = list(sharded.entry.informers.values())
+        assert informers and all(i.store.budget is manager.cache.budget for i in informers)
+        held = [(i.store, k) for i in informers for k in i.store.keys()]  # noqa: SIM118 (a Store)
+        assert len(held) == 10 and all(store.evicted(k) for store, k in held)
+        assert all(o["spec"]["priority"] == 1 for o in read.values())  # the whole body
+        after = metrics.REGISTRY.get_sample_value("cache_fetch_on_miss_total", labels) or 0.0
+        assert after - before >= 10
+    finally:
+        manager.request_stop()
+        await asyncio.wait_for(running, 60)
