@@ -28,8 +28,10 @@ Two runnables do the work (:meth:`SelfManagedCertificates.install` adds both):
   with a ``caBundle``: a first install, or an upgrade from a release without webhooks), any
   replica creates them and fills the empty ``caBundle`` values itself, without waiting for a
   leader: a replica whose caches can only sync through its own conversion webhook (objects
-  stored in another version) would otherwise wait for a leader that waits for it. It never
-  replaces a bundle: rotation stays the leader's.
+  stored in another version) would otherwise wait for a leader that waits for it. A replica
+  that is not ready fills any ``caBundle`` still empty with the Secret's bundle (a first
+  injection that lost a race with another writer). It never replaces a bundle: rotation
+  stays the leader's.
 * the **caBundle reader** (every replica,
   :class:`~controller_runtime.webhook.trust.InjectedCABundles`) makes the server's readiness
   follow the ``caBundle`` values the targets actually hold, and the certificate's validity for
@@ -53,7 +55,7 @@ import datetime
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -405,7 +407,7 @@ class SelfManagedCertificates:
         server.use_external_certificates()
         server.service_hostname = f"{self.service[0]}.{self.service[1]}.svc"
         rotator = CertificateRotator(self, manager.client)
-        reloader = CertificateReloader(self, manager.client, server, bootstrap=rotator.bootstrap)
+        reloader = CertificateReloader(self, manager.client, server, bootstrap=rotator)
         rotator.on_write = reloader.poke
         manager.add(rotator)
         manager.add(reloader)
@@ -434,13 +436,15 @@ class CertificateReloader(Loop):
         client: Client,
         server: WebhookServer,
         *,
-        bootstrap: Callable[[], Awaitable[bool]] | None = None,
+        bootstrap: CertificateRotator | None = None,
     ) -> None:
         super().__init__()
         self.config, self.client, self.server = config, client, server
         self.bootstrap = bootstrap
-        """Creates the certificates when there are none anywhere (the rotator's
-        :meth:`~CertificateRotator.bootstrap`); ``None``: wait for the leader."""
+        """Creates the certificates when there are none anywhere, and fills an empty
+        ``caBundle`` while this replica is not ready (the rotator's
+        :meth:`~CertificateRotator.bootstrap` and :meth:`~CertificateRotator.fill_empty`,
+        which any replica may call); ``None``: wait for the leader."""
 
     def __repr__(self) -> str:
         return f"CertificateReloader({self.config.secret[1]}/{self.config.secret[0]})"
@@ -453,7 +457,7 @@ class CertificateReloader(Loop):
         try:
             secret = await self.client.live.get("v1", "Secret", name=name, namespace=namespace)
         except NotFoundError:
-            if self.bootstrap is None or not await self.bootstrap():
+            if self.bootstrap is None or not await self.bootstrap.bootstrap():
                 log.info("webhook certificates: waiting for the Secret %s/%s", namespace, name)
                 return waiting if self.server.tls.pair is None else self.config.reload_interval
             secret = await self.client.live.get("v1", "Secret", name=name, namespace=namespace)
@@ -466,6 +470,11 @@ class CertificateReloader(Loop):
                 log.warning("webhook certificates: %s; keeping the current pair", err)
         if bundle:
             self.server.trust_bundle = bundle
+            if self.bootstrap is not None and not await self.server.ready():
+                # A caBundle still empty (a first start whose injection lost a race, or one
+                # someone emptied): fill it, whoever leads; a bundle is never replaced here.
+                await self.bootstrap.fill_empty(bundle)
+                return waiting
         return self.config.reload_interval if self.server.tls.pair is not None else waiting
 
 
@@ -609,37 +618,54 @@ class CertificateRotator(Loop):
         except AlreadyExistsError:
             return False
         log.info("webhook certificates: created (serving %s)", state.serving.id)
-        await self._inject(self._bundle(stored, state), only_empty=True)
+        await self.fill_empty(self._bundle(stored, state))
         return True
+
+    async def fill_empty(self, bundle: bytes) -> None:
+        """Write ``bundle`` into every target's ``caBundle`` that is empty, and nowhere else
+        (missing targets are skipped). Any replica may call it: an empty ``caBundle`` trusts
+        only the system's roots, so filling it never takes trust away."""
+        await self._inject(bundle, only_empty=True)
 
     async def _inject(self, bundle: bytes, *, only_empty: bool = False) -> None:
         """Write ``bundle`` into every target's ``caBundle`` (``only_empty``: only where
-        there is none; missing targets are then skipped too)."""
+        there is none; missing targets are then skipped too). Each write is conditioned on
+        what was read; one that loses to another writer reads again (5 times)."""
+        from controller_runtime.errors import ConflictError  # noqa: PLC0415
+
+        for target in self.config.targets:
+            for attempt in range(5):
+                try:
+                    await self._inject_into(target, _b64(bundle), only_empty=only_empty)
+                    break
+                except ConflictError:
+                    if attempt == 4:
+                        raise
+
+    async def _inject_into(self, target: Target, encoded: str, *, only_empty: bool) -> None:
         from controller_runtime.errors import NotFoundError  # noqa: PLC0415
 
-        encoded = _b64(bundle)
-        for target in self.config.targets:
-            try:
-                obj = await self.client.live.get(target.api_version, target.kind, name=target.name)
-            except NotFoundError:
-                if only_empty:
-                    continue
-                raise
-            configs = client_configs(obj)
-            if not configs and target.kind == "CustomResourceDefinition":
-                log.warning(
-                    "webhook certificates: the CRD %s has no webhook conversion to inject into",
-                    target.name,
-                )
+        try:
+            obj = await self.client.live.get(target.api_version, target.kind, name=target.name)
+        except NotFoundError:
+            if only_empty:
+                return
+            raise
+        configs = client_configs(obj)
+        if not configs and target.kind == "CustomResourceDefinition":
+            log.warning(
+                "webhook certificates: the CRD %s has no webhook conversion to inject into",
+                target.name,
+            )
+            return
+        changed = False
+        for client_config in configs:
+            if only_empty and client_config.get("caBundle"):
                 continue
-            changed = False
-            for client_config in configs:
-                if only_empty and client_config.get("caBundle"):
-                    continue
-                if client_config.get("caBundle") != encoded:
-                    client_config["caBundle"] = encoded
-                    changed = True
-            if changed:
-                await self.client.update(obj)
-                if self.on_inject is not None:
-                    self.on_inject()
+            if client_config.get("caBundle") != encoded:
+                client_config["caBundle"] = encoded
+                changed = True
+        if changed:
+            await self.client.update(obj)
+            if self.on_inject is not None:
+                self.on_inject()

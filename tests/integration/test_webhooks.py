@@ -48,9 +48,13 @@ from controller_runtime.envtest import (
 from controller_runtime.envtest.certs import CertificateAuthority
 from controller_runtime.errors import ApiError
 from controller_runtime.testing import eventually
-from controller_runtime.webhook import AdmissionResult
+from controller_runtime.webhook import AdmissionResult, WebhookServer
 from controller_runtime.webhook.rotation import RotationPolicy, Step
-from controller_runtime.webhook.selfmanaged import CertificateRotator, SelfManagedCertificates
+from controller_runtime.webhook.selfmanaged import (
+    CertificateReloader,
+    CertificateRotator,
+    SelfManagedCertificates,
+)
 from controller_runtime.webhook.trust import bundles_of
 from kubeclient.config import ClusterConfig
 
@@ -658,6 +662,16 @@ async def test_any_replica_creates_the_certificates_only_when_there_are_none_any
         written = await client.live.get(group, "ValidatingWebhookConfiguration", name=name)
         assert _bundle(written) == ca
         assert not await rotator.bootstrap(), "there is a Secret: the leader's job now"
+        # A caBundle emptied (or a first injection lost to another writer): a replica that
+        # is not ready fills it from the Secret, leader or not.
+        written["webhooks"][0]["clientConfig"]["caBundle"] = ""
+        await client.update(written)
+        server = WebhookServer(cert_dir=None)  # not listening: not ready
+        reloader = CertificateReloader(config, client, server, bootstrap=rotator)
+        await reloader._once()
+        refilled = await client.live.get(group, "ValidatingWebhookConfiguration", name=name)
+        assert _bundle(refilled) == ca
+        assert server.tls.pair is not None, "and serves the Secret's certificate"
         await client.delete(secret)
         assert not await rotator.bootstrap(), "a caBundle is in place: never replaced"
         with pytest.raises(NotFoundError):
