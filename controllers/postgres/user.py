@@ -19,6 +19,12 @@ A finalizer (``postgres.crpy.io/drop-role``) drops the role when the PostgresUse
 (its objects are reassigned to the administrator: data is kept; the database is kept too).
 When the instance is gone, or is an in-cluster instance being deleted, there is nothing left
 to drop the role from and the finalizer is released without it.
+
+Every role this controller creates carries the operator's ownership mark (a comment naming
+the instance, see :mod:`controllers.postgres.ownership`), and a role it converges gets the
+mark when it has no comment: the instance's orphan sweep (:mod:`controllers.postgres.sweep`)
+drops a marked role that no PostgresUser claims any more, e.g. one created by a reconcile
+that was interrupted between ``CREATE ROLE`` and its check that the user still exists.
 """
 
 from __future__ import annotations
@@ -67,13 +73,15 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
+from controllers.postgres.ownership import owner_of
 from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 
 
 def role_spec(user: Obj, password: str) -> sql.RoleSpec:
-    """The role ``user`` asks for; :class:`InvalidNameError` for a name we refuse."""
+    """The role ``user`` asks for, marked as the operator's (for ``user``'s instance);
+    :class:`InvalidNameError` for a name we refuse."""
     spec = user.get("spec") or {}
     return sql.RoleSpec(
         name=check_identifier(str(spec.get("roleName", "")), "spec.roleName"),
@@ -81,6 +89,7 @@ def role_spec(user: Obj, password: str) -> sql.RoleSpec:
         database=check_identifier(str(spec.get("database", "")), "spec.database"),
         privileges="ReadOnly" if spec.get("privileges") == "ReadOnly" else "ReadWrite",
         connection_limit=int(spec.get("connectionLimit", -1)),
+        owner=owner_of(user),
     )
 
 
