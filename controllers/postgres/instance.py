@@ -52,6 +52,7 @@ from controller_runtime import (
     CleanupPending,
     Client,
     Condition,
+    ConflictError,
     Controller,
     ControllerBuilder,
     ControllerOptions,
@@ -307,8 +308,10 @@ class InstanceReconciler:
                 label_selector=f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=data",
             )
             for claim in claims:
-                with contextlib.suppress(NotFoundError):
-                    await self.client.delete(claim)
+                # The claim listed, not one re-created under its name since (by the
+                # StatefulSet controller, or for a new instance of this name).
+                with contextlib.suppress(NotFoundError, ConflictError):
+                    await self.client.delete(claim, preconditions={"uid": claim["metadata"]["uid"]})
             if claims:
                 self.recorder.record(
                     instance,
