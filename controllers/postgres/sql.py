@@ -301,7 +301,8 @@ async def drop_role(info: ConnInfo, name: str, database: str | None) -> bool:
     objects it owns in ``database`` and the maintenance database are handed to the
     administrator (``REASSIGN OWNED``: data is kept), its privileges there revoked
     (``DROP OWNED``). Objects it owns in other databases make the drop fail (reported, and
-    retried)."""
+    retried). Two connections at most: the maintenance database's, held throughout, and the
+    role's database's when it has one."""
     check_identifier(name, "role name")
     ident = sql.Identifier(name)
     async with connect(info) as conn:
@@ -313,13 +314,11 @@ async def drop_role(info: ConnInfo, name: str, database: str | None) -> bool:
         )
         cur = await conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
         has_database = database is not None and await cur.fetchone() is not None
-    databases: list[str | None] = [None]  # the maintenance database
-    if has_database and database != info.dbname:
-        databases.insert(0, database)
-    for dbname in databases:
-        async with connect(info, dbname) as conn:
-            await conn.execute(sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(ident))
-            await conn.execute(sql.SQL("DROP OWNED BY {}").format(ident))
-    async with connect(info) as conn:
+        if has_database and database != info.dbname:
+            async with connect(info, database) as own:
+                await own.execute(sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(ident))
+                await own.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+        await conn.execute(sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(ident))
+        await conn.execute(sql.SQL("DROP OWNED BY {}").format(ident))
         await conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
     return True
