@@ -199,6 +199,16 @@ async def _start_apiserver(plane: Any, children: list[Child]) -> int:
     raise RuntimeError("the API server did not come back after 4 starts")
 
 
+def _late_deaths(out: Path, reported: set[str]) -> list[dict[str, Any]]:
+    """Children that aborted after the harness's last look (or while stopping): their logs
+    hold faulthandler's ``Fatal Python error``."""
+    return [
+        {"child": log.stem, "returncode": None, "at_seconds": None, "log": log.name}
+        for log in sorted(out.glob("*.log"))
+        if log.name not in reported and "Fatal Python error" in log.read_text(errors="replace")
+    ]
+
+
 def _operator_command(plane: Any, namespace: str) -> list[str]:
     election = ["--leader-elect", "--leader-election-namespace", namespace]
     timings = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"]
@@ -240,7 +250,7 @@ async def _patch_tasks(
     return done
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the scenario)
     from bench.kube import create_tasks  # noqa: PLC0415
     from controller_runtime.envtest import ControlPlane  # noqa: PLC0415
     from kubeclient.config import load_kubeconfig  # noqa: PLC0415
@@ -312,6 +322,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         if child.process.poll() is None:
                             child.process.kill()
                             child.process.wait()
+    deaths += await asyncio.to_thread(_late_deaths, out, {d["log"] for d in deaths})
     return {
         "loop": args.loop,
         "minutes": round((time.monotonic() - started) / 60, 1),

@@ -4,8 +4,10 @@ a signal (an abort in the event loop's C code: ``Fatal Python error: Aborted``);
 status (an operator that lost its Lease exits 1, by design) are expected.
 
 ``make chaos`` only: it runs for ``CHAOS_STORM_MINUTES`` (default 5) on its own control plane
-(the API server restarts would disturb every other test's). What longer runs found is in
-docs/reliability.md, "The event loop".
+(the API server restarts would disturb every other test's). On asyncio's loop (the default)
+it must pass; on uvloop it is expected to fail now and then (an upstream abort, reproduced
+here: docs/reliability.md, "The event loop"), so that variant is a non-strict xfail that
+reports whether it hit the abort.
 """
 
 from __future__ import annotations
@@ -23,8 +25,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos_only]
 MINUTES = float(os.environ.get("CHAOS_STORM_MINUTES", "5"))
 
 
+UVLOOP_ABORTS = pytest.mark.xfail(
+    reason="uvloop 0.23.0 (libuv 1.52.1) aborts when a watched fd was closed behind its back "
+    "(libuv#5130); seen once in 1.8 minutes of this storm, not in 41 others: "
+    "docs/reliability.md, 'The event loop'",
+    strict=False,
+)
+
+
 @pytest.mark.timeout(int(MINUTES * 60 + 600))
-@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("loop", [pytest.param("uvloop", marks=UVLOOP_ABORTS), "asyncio"])
 async def test_no_process_dies_of_a_signal_under_a_connection_refused_storm(loop: str) -> None:
     if use_existing_cluster():
         pytest.skip("stops and starts a local API server")
@@ -44,6 +54,7 @@ async def test_no_process_dies_of_a_signal_under_a_connection_refused_storm(loop
     result = await run(args)
     print("loop storm:", {k: v for k, v in result.items() if k != "exits"})
     assert result["apiserver_restarts"] > 0, "the API server was never restarted"
-    assert not result["deaths"], (
-        f"a process died of a signal on {loop}: {result['deaths']}; logs in {result['dir']}"
+    assert not result["deaths"] and not result["cores"], (
+        f"a process died of a signal on {loop}: {result['deaths']}, cores {result['cores']}; "
+        f"logs in {result['dir']}"
     )
