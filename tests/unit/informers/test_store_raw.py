@@ -1,0 +1,120 @@
+"""The store fed as the reflector feeds it from a watch: lines decoded partially
+(:func:`informers._partial.decode_watch_line`) into :meth:`Store.apply_raw` and
+:meth:`Store.prepare_raw`, managedFields in every position of the metadata.
+
+The same stateful test as ``test_store.py`` (the reference model, the deltas, the indexes, no
+regression, the observed resourceVersion) runs with each store layout the raw path has: the
+built-in indexes computed from the decoded metadata, and a custom index function, which decodes
+the stored bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import settings
+
+from informers._partial import decode_watch_line
+from informers.store import Store, StoreDelta
+from tests.unit.informers.test_store import StoreMachine, obj, phase_index
+
+MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {".": {}}}}]
+
+
+def watch_line(event_type: str, o: dict[str, Any]) -> bytes:
+    """``o`` as an API server would send it, managedFields at a position that varies with its
+    resourceVersion (first, anywhere between, last)."""
+    items = list(o["metadata"].items())
+    at = int(o["metadata"]["resourceVersion"]) % (len(items) + 1)
+    items.insert(at, ("managedFields", MANAGED))
+    return orjson.dumps({"type": event_type, "object": {**o, "metadata": dict(items)}})
+
+
+class RawStoreMachine(StoreMachine):
+    def store_apply(self, event_type: str, o: dict[str, Any]) -> StoreDelta | None:
+        decoded = decode_watch_line(watch_line(event_type, o))
+        assert decoded is not None  # what an API server sends is taken
+        return self.store.apply_raw(*decoded)
+
+    def store_replace(self, items: list[dict[str, Any]], list_rv: str) -> list[StoreDelta]:
+        prepared = []
+        for o in items:
+            decoded = decode_watch_line(watch_line("ADDED", o))
+            assert decoded is not None
+            prepared.append(self.store.prepare_raw(decoded[1], decoded[2]))
+        return self.store.replace_prepared(prepared, list_rv)
+
+
+class RawStoreBuiltinIndexesMachine(RawStoreMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.store = Store(label_index=True)
+
+
+class RawStoreDefaultMachine(RawStoreMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.store = Store()  # the owner index alone: the informer's default
+
+
+_SETTINGS = settings(max_examples=100, stateful_step_count=40, deadline=None)
+TestRawStoreCustomIndex = RawStoreMachine.TestCase
+TestRawStoreCustomIndex.settings = _SETTINGS
+TestRawStoreBuiltinIndexes = RawStoreBuiltinIndexesMachine.TestCase
+TestRawStoreBuiltinIndexes.settings = _SETTINGS
+TestRawStoreDefault = RawStoreDefaultMachine.TestCase
+TestRawStoreDefault.settings = _SETTINGS
+
+
+def test_a_custom_index_reads_the_object_without_managed_fields() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def index(o: Any) -> list[str]:
+        seen.append(o)
+        return phase_index(o)
+
+    store = Store(indexers={"phase": index})
+    decoded = decode_watch_line(watch_line("ADDED", obj("a", "7", phase="Done")))
+    assert decoded is not None
+    store.apply_raw(*decoded)
+    assert store.index_keys("phase", "Done") == ["default/a"]
+    assert seen == [obj("a", "7", phase="Done")]
+
+
+def test_a_live_delta_carries_bytes_and_decodes_the_event_object_once() -> None:
+    store = Store()
+    decoded = decode_watch_line(watch_line("ADDED", obj("a", "7", phase="Done")))
+    assert decoded is not None
+    delta = store.apply_raw(*decoded)
+    assert delta is not None
+    assert delta.obj == obj("a", "7", phase="Done")
+    assert delta.obj is delta.obj
+    gone = decode_watch_line(watch_line("DELETED", obj("a", "8", phase="Gone")))
+    assert gone is not None
+    deleted = store.apply_raw(*gone)
+    assert deleted is not None and deleted.type == "DELETED"
+    assert deleted.obj == obj("a", "8", phase="Gone")  # the event's object, not the cached one
+    assert deleted.old == obj("a", "7", phase="Done")
+
+
+def test_an_update_of_bytes_written_with_spaces_is_no_uid_change() -> None:
+    """The cached bytes need not be compact: the UID check decodes them when the compact form
+    is not found (it used to report a UID change, and hand handlers a DELETED and an ADDED)."""
+    store = Store()
+    spaced = b'{"metadata": {"name": "a", "resourceVersion": "7", "uid": "u-1"}}'
+    store.apply_raw("ADDED", _meta(spaced), spaced)
+    line = (
+        b'{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"8","uid":"u-1"}}}'
+    )
+    decoded = decode_watch_line(line)
+    assert decoded is not None
+    delta = store.apply_raw(*decoded)
+    assert delta is not None
+    assert (delta.type, delta.has_old) == ("MODIFIED", True)
+
+
+def _meta(raw: bytes) -> Any:
+    decoded = decode_watch_line(b'{"type":"ADDED","object":' + raw.replace(b" ", b"") + b"}")
+    assert decoded is not None
+    return decoded[1]
