@@ -2,10 +2,10 @@
 
 Objects are held as exact-size JSON ``bytes`` (orjson's encoding, or for a watch event the
 bytes of the wire without managedFields, see :meth:`Store.apply_raw`) plus the few fields the
-indexes need, and decoded on every read. A read therefore returns a fresh ``dict`` the caller owns (mutating it
-never touches the cache), and the cache costs about what the JSON costs (see docs/design.md,
-"The cache"): ``python -m bench.store_memory`` measured ~960 B of RSS per object for 644 B of
-JSON, against ~2.8 KB for a dict of decoded objects.
+indexes need, and decoded on every read. A read therefore returns a fresh ``dict`` the caller
+owns (mutating it never touches the cache), and the cache costs about what the JSON costs (see
+docs/design.md, "The cache"): ``python -m bench.store_memory`` measured ~960 B of RSS per
+object for 644 B of JSON, against ~2.8 KB for a dict of decoded objects.
 
 The store is written by one reflector and read by many, all on **one event loop**; it is not
 thread-safe. Every method is synchronous except :meth:`Store.wait_for_resource_version`, so each
