@@ -733,6 +733,10 @@ def _summary(result: Result) -> str:
     if "p50_seconds" in result:
         text += f", lag p50 {result['p50_seconds'] * 1000:.0f} ms p99 "
         text += f"{result['p99_seconds'] * 1000:.0f} ms"
+    if "reconcile_errors" in result:
+        text += f", {result['reconcile_errors']} reconcile errors"
+    if "fetches_on_miss" in result:
+        text += f", {result['fetches_on_miss']} fetched on a miss"
     if not result.get("complete", True):
         text += f" (INCOMPLETE: {result.get('objects_done')} done)"
     return text

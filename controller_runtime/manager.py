@@ -76,6 +76,7 @@ from controller_runtime.cache import ByObject, Cache, CacheSyncTimeoutError, Kin
 from controller_runtime.client import Client
 from controller_runtime.consistency import ReadYourWritesGuard
 from controller_runtime.controller import Controller
+from controller_runtime.fencing import fenced_by
 from controller_runtime.leaderelection import (
     LeaderElectionConfig,
     LeaderElectionLostError,
@@ -359,14 +360,18 @@ class Manager:
         """Stop ``controller`` and forget it; the manager runs on. Its handlers leave the
         shared informers, in-flight reconciles get ``drain_timeout`` seconds (default: the
         manager's ``graceful_shutdown_timeout``), and the kinds no other controller or reader
-        holds stop being watched (see :mod:`controller_runtime.cache`). The same as
-        ``controller.stop()``. Returns whether every in-flight reconcile finished in time."""
+        holds stop being watched (see :mod:`controller_runtime.cache`), and its metric
+        series (``controller_runtime_*{controller}``, ``workqueue_*{name}``) are removed.
+        The same as ``controller.stop()``. Returns whether every in-flight reconcile
+        finished in time."""
         timeout = self.options.graceful_shutdown_timeout if drain_timeout is None else drain_timeout
         return await controller.stop(timeout)
 
     def _forget(self, controller: Controller) -> None:
         if controller in self.controllers:
             self.controllers.remove(controller)
+        if not self.stopping:  # stopped at run time: its metric series go with it
+            cr_metrics.remove_controller_series(controller.name, controller.queue)
 
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._healthz[name] = check
@@ -468,8 +473,11 @@ class Manager:
         self.is_leader = True
         runnables = [r for r in self.runnables if r.need_leader_election]
         try:
-            for runnable in runnables:
-                await runnable.start()
+            # Leader-only runnables write (through the client) only while leadership
+            # provably holds: the tasks they start inherit this fence.
+            with fenced_by(self.elector):
+                for runnable in runnables:
+                    await runnable.start()
             # From here on add_controller starts what it is given itself.
             self._leading = True
             for controller in list(self.controllers):

@@ -355,16 +355,19 @@ def role(name: str, namespace: str, sections: Sequence[Section], *, header: str 
 
 def shard_ring_role(name: str, namespace: str, *, header: str = "") -> str:
     """The Role a member of a shard ring (:mod:`controller_runtime.sharding`) needs in the
-    ring's namespace: ``create`` its own Lease, ``patch`` it (renewals, claimed slots),
-    ``list`` the ring's Leases by label to see the other members, ``delete`` its own on
-    leaving. Nothing is read by name, so no ``get``."""
+    ring's namespace: ``create`` its own Lease, ``patch`` it (renewals, claimed slots;
+    conditional), ``list`` the ring's Leases by label to see the other members (and its own by
+    a field selector on the name, to read it again after a conflict), ``delete`` its own on
+    leaving or after a fence and other members' expired ones (conditioned on uid and
+    resourceVersion). Nothing is read with a ``get``."""
     rule = allow(
         "leases.coordination.k8s.io",
         "list",
         "create",
         "patch",
         "delete",
-        why="its own Lease created, renewed and deleted; the ring's Leases listed by label",
+        why="its own Lease created, renewed and deleted; the ring's Leases listed; expired "
+        "ones deleted",
     )
     return role(name, namespace, [Section("shard ring", (rule,))], header=header)
 

@@ -20,6 +20,7 @@ bodies only; metadata stubs, keys and index entries are the fixed cost of every 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -27,7 +28,7 @@ import orjson
 if TYPE_CHECKING:
     from informers.store import Store
 
-__all__ = ["BodyBudget", "EvictedBodyError", "metadata_stub"]
+__all__ = ["BodyBudget", "EvictedBodyError", "metadata_stub", "stub_of"]
 
 _KEEP: Final = ("apiVersion", "kind", "metadata")
 
@@ -48,7 +49,11 @@ class EvictedBodyError(LookupError):
 
 def metadata_stub(raw: bytes) -> bytes:
     """The encoding of ``raw``'s ``apiVersion``, ``kind`` and ``metadata`` only (exact size)."""
-    obj: Any = orjson.loads(raw)
+    return stub_of(orjson.loads(raw))
+
+
+def stub_of(obj: Mapping[str, Any]) -> bytes:
+    """:func:`metadata_stub` of an object already decoded."""
     kept = {k: obj[k] for k in _KEEP if k in obj}
     return memoryview(orjson.dumps(kept)).tobytes()
 
@@ -58,6 +63,11 @@ class BodyBudget:
 
     ``evictions`` counts bodies evicted since creation. ``used`` is what the bodies held cost
     now (their encoded sizes).
+
+    Bookkeeping: about 120 B per body held (one ordered-dict entry per body, keyed by the
+    store's own key string, and one int), not counted in ``limit``. Each store's bodies are
+    kept in least-recently-used order; across stores, a use counter decides, so an eviction
+    costs O(stores sharing the budget).
     """
 
     def __init__(self, limit: int) -> None:
@@ -66,23 +76,27 @@ class BodyBudget:
         self.limit = limit
         self.used = 0
         self.evictions = 0
-        # (store id, key) -> (store, size), least recently used first.
-        self._lru: OrderedDict[tuple[int, str], tuple[Store, int]] = OrderedDict()
+        # Per store: key -> (use << _SIZE_BITS) | size, least recently used first. One int
+        # per body rather than a tuple of two: the bookkeeping is per body held.
+        self._held: dict[Store, OrderedDict[str, int]] = {}
+        self._uses = 0
 
     def __len__(self) -> int:
         """Bodies held."""
-        return len(self._lru)
+        return sum(len(held) for held in self._held.values())
 
     def admit(self, store: Store, key: str, size: int, *, enforce: bool = True) -> None:
         """A body of ``size`` bytes is now held for ``key`` (replacing any before it); evict
         the least recently used bodies (possibly this one) while over the limit, unless
         ``enforce`` is false (a sync in progress: see :meth:`enforce`)."""
-        lru = self._lru
-        slot = (id(store), key)
-        before = lru.pop(slot, None)
+        held = self._held.get(store)
+        if held is None:
+            held = self._held[store] = OrderedDict()
+        before = held.pop(key, None)
         if before is not None:
-            self.used -= before[1]
-        lru[slot] = (store, size)
+            self.used -= before & _SIZE_MASK
+        self._uses += 1
+        held[key] = (self._uses << _SIZE_BITS) | size
         self.used += size
         if enforce:
             self.enforce()
@@ -92,27 +106,46 @@ class BodyBudget:
         this until its list has been handed to the handlers: the list's bytes are alive until
         then anyway (they are the store's entries), so evicting during the swap would only add
         the metadata stubs on top of the list at the peak."""
-        lru = self._lru
-        while self.used > self.limit and lru:
-            (_, victim_key), (victim_store, victim_size) = lru.popitem(last=False)
-            self.used -= victim_size
+        while self.used > self.limit:
+            victim: tuple[Store, OrderedDict[str, int]] | None = None
+            oldest = 0
+            for store, held in self._held.items():
+                if held:
+                    use = next(iter(held.values())) >> _SIZE_BITS
+                    if victim is None or use < oldest:
+                        victim, oldest = (store, held), use
+            if victim is None:
+                return
+            victim_store, victim_held = victim
+            victim_key, value = victim_held.popitem(last=False)
+            self.used -= value & _SIZE_MASK
             self.evictions += 1
             victim_store._evict(victim_key)
 
     def touch(self, store: Store, key: str) -> None:
         """``key``'s body was read: it becomes the most recently used."""
-        slot = (id(store), key)
-        if slot in self._lru:
-            self._lru.move_to_end(slot)
+        held = self._held.get(store)
+        if held is not None:
+            value = held.get(key)
+            if value is not None:
+                self._uses += 1
+                held[key] = (self._uses << _SIZE_BITS) | (value & _SIZE_MASK)
+                held.move_to_end(key)
 
     def forget(self, store: Store, key: str) -> None:
         """``key`` left ``store`` (deleted, or its body evicted by the store itself)."""
-        before = self._lru.pop((id(store), key), None)
-        if before is not None:
-            self.used -= before[1]
+        held = self._held.get(store)
+        if held is not None:
+            before = held.pop(key, None)
+            if before is not None:
+                self.used -= before & _SIZE_MASK
 
     def forget_store(self, store: Store) -> None:
-        """Every body of ``store`` (its informer stopped): O(bodies held) once."""
-        sid = id(store)
-        for slot in [s for s in self._lru if s[0] == sid]:
-            self.used -= self._lru.pop(slot)[1]
+        """Every body of ``store`` (its informer stopped)."""
+        held = self._held.pop(store, None)
+        if held is not None:
+            self.used -= sum(value & _SIZE_MASK for value in held.values())
+
+
+_SIZE_BITS: Final = 32  # a body's size fits: the API server refuses objects of 3 MiB or more
+_SIZE_MASK: Final = (1 << _SIZE_BITS) - 1

@@ -109,9 +109,9 @@ class _Family:
         return tuple(str(v) for v in values)
 
     def remove(self, *values: object) -> None:
-        """Drop the series of ``values`` (``KeyError`` if there is none), as
-        ``prometheus_client``'s ``remove``."""
-        del self._children[self._key(values, {})]
+        """Drop the series of these label values (as ``prometheus_client``'s ``remove``);
+        nothing happens if there is none."""
+        self._children.pop(self._key(values, {}), None)
 
     def collect(self) -> Iterable[Metric]:
         raise NotImplementedError

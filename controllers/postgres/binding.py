@@ -72,7 +72,7 @@ from controllers.postgres.api import (
 from controllers.postgres.common import (
     decode_secret,
     encode_data,
-    instance_referrers,
+    referrer_requests,
     set_conditions,
     status_copy,
     write_status,
@@ -308,11 +308,7 @@ async def setup_binding_controller(
     cache = client.cache
 
     def instance_bindings(instance: Mapping[str, Any]) -> list[Request]:
-        namespace = instance["metadata"]["namespace"]
-        return [
-            Request(namespace, b["metadata"]["name"])
-            for b in instance_referrers(cache, API_VERSION, BINDING, dict(instance))
-        ]
+        return referrer_requests(cache, API_VERSION, BINDING, dict(instance))
 
     return await (
         ControllerBuilder(host)

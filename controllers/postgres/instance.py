@@ -273,7 +273,7 @@ class InstanceReconciler:
         meta = instance["metadata"]
         users = sorted(
             u["metadata"]["name"]
-            for u in instance_referrers(self.client.cache, API_VERSION, USER, instance)
+            for u in await instance_referrers(self.client, API_VERSION, USER, instance)
         )
         if users:
             message = f"waiting for {len(users)} PostgresUser(s) to drop their roles: " + (
@@ -645,7 +645,9 @@ async def setup_instance_controller(
     cache = client.cache
 
     def every_instance(_: Mapping[str, Any]) -> list[Request]:
-        return [request_for(i) for i in cache.list(API_VERSION, INSTANCE)]
+        # Metadata is all it needs: also the instances a memory budget holds no body of.
+        bodies, evicted = cache.list_held(API_VERSION, INSTANCE)
+        return [request_for(i) for i in bodies] + evicted
 
     def user_instance(user: Mapping[str, Any]) -> list[Request]:
         name = ref_name(user, "instanceRef")

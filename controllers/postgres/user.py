@@ -56,7 +56,7 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    instance_referrers,
+    referrer_requests,
     set_conditions,
     status_copy,
     write_status,
@@ -287,11 +287,7 @@ async def setup_user_controller(
     cache = client.cache
 
     def instance_users(instance: Mapping[str, Any]) -> list[Request]:
-        namespace = instance["metadata"]["namespace"]
-        return [
-            Request(namespace, u["metadata"]["name"])
-            for u in instance_referrers(cache, API_VERSION, USER, dict(instance))
-        ]
+        return referrer_requests(cache, API_VERSION, USER, dict(instance))
 
     return await (
         ControllerBuilder(host)

@@ -94,8 +94,20 @@ def test_the_registry_reads_samples_and_refuses_a_name_twice() -> None:
         fastmetrics.Gauge("open", "Open again.", ["code"], registry=registry)
     gauge.remove("200")
     assert registry.get_sample_value("open", {"code": "200"}) is None
-    with pytest.raises(KeyError):
-        gauge.remove("200")
+    gauge.remove("200")  # nothing to remove: no error
     registry.unregister(counter)
     assert registry.get_sample_value("hits_total", {"code": "200"}) is None
     fastmetrics.Counter("hits_total", "Hits.", ["code"], registry=registry)  # the name is free
+
+
+def test_a_removed_series_is_no_longer_exported() -> None:
+    registry = CollectorRegistry()
+    counter = fastmetrics.Counter("x_total", "X.", ["a"], registry=registry)
+    histogram = fastmetrics.Histogram("y_seconds", "Y.", ["a"], buckets=BUCKETS, registry=registry)
+    for family in (counter, histogram):
+        family.labels("gone")
+        family.labels("kept")
+        family.remove("gone")
+        family.remove("never there")  # nothing to remove: no error
+    exported = {s.labels.get("a") for f in registry.collect() for s in f.samples}
+    assert exported == {"kept"}

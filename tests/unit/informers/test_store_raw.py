@@ -16,6 +16,7 @@ import orjson
 from hypothesis import settings
 
 from informers._partial import decode_watch_line
+from informers.reflector import strip_managed_fields as strip
 from informers.store import Store, StoreDelta
 from tests.unit.informers.test_store import StoreMachine, obj, phase_index
 
@@ -118,3 +119,38 @@ def _meta(raw: bytes) -> Any:
     decoded = decode_watch_line(b'{"type":"ADDED","object":' + raw.replace(b" ", b"") + b"}")
     assert decoded is not None
     return decoded[1]
+
+
+def test_a_streaming_list_past_the_budget_is_buffered_as_metadata_as_by_prepare() -> None:
+    """prepare_raw(buffered=True) keeps full bodies while the list's bytes fit the budget and
+    metadata stubs after, exactly where prepare(buffered=True) of the decoded objects does."""
+    from informers.budget import BodyBudget, EvictedBodyError  # noqa: PLC0415
+
+    objs = [obj(f"t{i}", str(10 + i), phase="Running") for i in range(10)]
+    lines = [watch_line("ADDED", o) for o in objs]
+    by_raw, by_dict = Store(budget=BodyBudget(600)), Store(budget=BodyBudget(600))
+    by_raw.start_list()
+    by_dict.start_list()
+    raw_items = []
+    for line in lines:
+        decoded = decode_watch_line(line)
+        assert decoded is not None
+        raw_items.append(by_raw.prepare_raw(decoded[1], decoded[2], buffered=True))
+    dict_items = [
+        by_dict.prepare(strip(orjson.loads(line)["object"]), buffered=True) for line in lines
+    ]
+    assert [p.stub for p in raw_items] == [p.stub for p in dict_items]
+    assert any(p.stub for p in raw_items) and not all(p.stub for p in raw_items)
+    assert [orjson.loads(p.raw) for p in raw_items if not p.stub] == [
+        obj for obj in objs[: sum(not p.stub for p in raw_items)]
+    ]
+    by_raw.replace_prepared(raw_items, "100")
+    by_raw.enforce_budget()
+    stubbed = [p.key for p in raw_items if p.stub]
+    assert all(by_raw.evicted(key) for key in stubbed)
+    try:
+        by_raw.get(stubbed[0])
+    except EvictedBodyError as err:
+        assert err.resource_version == raw_items[len(raw_items) - len(stubbed)].rv
+    else:
+        raise AssertionError("an evicted body was read")
