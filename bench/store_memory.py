@@ -19,10 +19,11 @@ Throughput (one process, one core): decoding watch lines alone; decode -> strip 
 
 A sync's peak (``--objects N``, each in a fresh process too): the N objects as an initial
 list arrives, in pages of 500 decoded one at a time, prepared as the reflector prepares
-them (buffered for the atomic swap), swapped in, the deltas handed to a handler that keeps a
-request per key (what a controller's queue does), then the budget enforced. ``list`` is
-unbounded, ``list+budget`` has a budget of a tenth of the bodies' bytes. Reported: the peak
-(``VmHWM``) and the RSS at the end, above the process before the list, per object.
+them (buffered for the atomic swap), swapped in, the deltas handed to
+``EnqueueRequestForObject``'s handler on a controller's queue (every key queued at low
+priority, as at a restart), then the budget enforced. ``list`` is unbounded, ``list+budget``
+has a budget of a tenth of the bodies' bytes. Reported: the peak (``VmHWM``) and the RSS at
+the end, above the process before the list, per object.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ try:
 except ImportError:  # a dev dependency; /proc/self/statm works on Linux without it
     psutil = None
 
+from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime.handlers import EnqueueRequestForObject
+from controller_runtime.reconcile import Request
+from controller_runtime.workqueue import WorkQueue
 from informers import store as store_module
 from informers.budget import BodyBudget
 from informers.store import Store
@@ -182,6 +187,16 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
+def _controller_queue() -> WorkQueue[Request]:
+    """The queue of a controller (never started), as a restart fills it."""
+
+    async def reconcile(request: Request) -> None:
+        return None
+
+    options = ControllerOptions(skip_name_validation=True)
+    return Controller("store-memory", reconcile, options=options).queue
+
+
 def measure_sync_peak(variant: str, n: int) -> dict[str, Any]:
     """One initial list of ``n`` objects through the reflector's list path (module docs)."""
     budget_bytes = None
@@ -203,10 +218,10 @@ def measure_sync_peak(variant: str, n: int) -> dict[str, Any]:
         del page
     deltas = store.replace_prepared(buffered, str(100000 + n))
     buffered.clear()
-    queue: dict[tuple[str, str], None] = {}
+    queue = _controller_queue()
+    handle = EnqueueRequestForObject().bind(queue)
     for delta in deltas:
-        namespace, _, name = delta.key.rpartition("/")
-        queue[(sys.intern(namespace), name)] = None
+        handle(delta, True)
     del deltas
     store.enforce_budget()
     gc.collect()

@@ -705,11 +705,15 @@ def install_event_loop(choice: str | None = None) -> str:
     """Pick the event loop for :func:`asyncio.run`: ``choice``, else ``$CRPY_EVENT_LOOP``,
     else ``"asyncio"`` (the standard library's). Returns the loop in use.
 
-    The standard loop is the default because uvloop (0.23.0, under aiohttp) was seen to abort
-    the process (``Fatal Python error: Aborted`` from libuv) during API-server restarts with
-    many requests in flight (docs/reliability.md, "The event loop"); ``uvloop`` opts back in
-    for its speed (docs/benchmarks.md measures the difference). ``uvloop`` when it is not
-    installed falls back to ``asyncio`` with a warning; any other value is a ``ValueError``.
+    The standard loop is the default because uvloop (0.23.0, libuv 1.52.1) aborts the process
+    (``Fatal Python error: Aborted``, in ``uv__epoll_ctl_flush``) when a descriptor it watches
+    was closed behind its back, which API-server restarts with many requests in flight were
+    seen to cause, where asyncio's loop raises ``OSError`` (docs/reliability.md, "The event
+    loop"); ``uvloop`` opts back in.
+    It buys no speed here: on the core and restart benchmarks asyncio's loop used 7-14 % less
+    CPU than uvloop for the same work (docs/benchmarks.md, "asyncio's event loop beside
+    uvloop"). ``uvloop`` when it is not installed falls back to ``asyncio`` with a warning; any
+    other value is a ``ValueError``.
     """
     wanted = (choice if choice is not None else os.environ.get(EVENT_LOOP_ENV, "")).strip()
     wanted = wanted.lower() or "asyncio"

@@ -5,9 +5,10 @@ A :class:`BodyBudget` is shared by the stores it governs (one kind's, or every k
 budget of its own). It counts the encoded bytes of the full bodies they hold and remembers the
 order in which those bodies were last written or read. When a write takes the total over
 :attr:`BodyBudget.limit`, the least recently used bodies are *evicted*: the store keeps, for
-such an object, its ``apiVersion``, ``kind`` and whole ``metadata`` (re-encoded), its
-resourceVersion and its index values, so keys, indexes, label selection, resourceVersion and
-UID checks, and deltas' ``old`` metadata keep working, and only the body is gone. A read of an
+such an object, its ``apiVersion``, ``kind`` and whole ``metadata`` (a *stub*, encoded
+compactly by :class:`MetadataStubs`), its resourceVersion and its index values, so keys,
+indexes, label selection, resourceVersion and UID checks, and deltas' ``old`` metadata keep
+working, and only the body is gone. A read of an
 evicted body raises :class:`EvictedBodyError`, which says what the cache holds of it (the
 resourceVersion); the client then fetches it live, no older than that (see
 :mod:`controller_runtime.cache`).
@@ -19,6 +20,7 @@ bodies only; metadata stubs, keys and index entries are the fixed cost of every 
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -28,9 +30,12 @@ import orjson
 if TYPE_CHECKING:
     from informers.store import Store
 
-__all__ = ["BodyBudget", "EvictedBodyError", "metadata_stub", "stub_of"]
+__all__ = ["STUBS", "BodyBudget", "EvictedBodyError", "MetadataStubs", "metadata_stub", "stub_of"]
 
 _KEEP: Final = ("apiVersion", "kind", "metadata")
+_MAX_PAIRS: Final = 256  # a compact stub names its (apiVersion, kind) in one byte
+_FROM_KEY: Final = frozenset(("name", "namespace"))  # what a compact stub's key gives back
+_CLOSE: Final = ord("}")
 
 
 class EvictedBodyError(LookupError):
@@ -56,6 +61,81 @@ def stub_of(obj: Mapping[str, Any]) -> bytes:
     """:func:`metadata_stub` of an object already decoded."""
     kept = {k: obj[k] for k in _KEEP if k in obj}
     return memoryview(orjson.dumps(kept)).tobytes()
+
+
+class MetadataStubs:
+    """Stubs (an evicted object's ``apiVersion``, ``kind`` and ``metadata``), encoded compactly.
+
+    As JSON, every stub of a kind would repeat the same ``apiVersion`` and ``kind``, and the
+    name and namespace its store key already holds: about 100 of a Task's 290 bytes. So
+    :meth:`encode` writes a stub without them, after two bytes: a NUL (no JSON text starts
+    with one, so a stub is never taken for a body) and the number this table gave the
+    object's (``apiVersion``, ``kind``). :meth:`json` puts them back: the JSON it returns
+    decodes to exactly what the stub was made of (the key order aside). An object they cannot
+    be restored for exactly (no ``apiVersion`` or ``kind``, a name or namespace its key does not
+    give back, a 257th pair in one table) gets a plain JSON stub, as :func:`stub_of` makes.
+
+    One table (:data:`STUBS`) serves every store of the process, so a delta can decode a stub
+    with its key alone; it grows by one entry per kind, never shrinks, and is safe to use from
+    several threads.
+    """
+
+    __slots__ = ("_heads", "_lock", "_pairs")
+
+    def __init__(self) -> None:
+        self._pairs: dict[tuple[str, str], bytes] = {}  # pair -> the stub's first two bytes
+        # By pair number: b'{"apiVersion":...,"kind":...,"metadata":{' (what a stub lacks).
+        self._heads: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def encode(self, key: str, obj: Mapping[str, Any]) -> bytes:
+        """The stub of ``obj``, stored at ``key`` (exact size)."""
+        api_version, kind, meta = obj.get("apiVersion"), obj.get("kind"), obj.get("metadata")
+        if type(api_version) is not str or type(kind) is not str or type(meta) is not dict:
+            return stub_of(obj)
+        namespace, _, name = key.rpartition("/")
+        if meta.get("name") != name or meta.get("namespace", "") != namespace:
+            return stub_of(obj)  # e.g. a name with "/" in it, which no API server accepts
+        if not namespace and "namespace" in meta:
+            return stub_of(obj)  # "namespace": "" would not come back
+        prefix = self._pairs.get((api_version, kind))
+        if prefix is None:
+            prefix = self._add_pair(api_version, kind)
+            if prefix is None:
+                return stub_of(obj)
+        rest = {k: v for k, v in meta.items() if k not in _FROM_KEY}
+        # The metadata's JSON without its opening brace.
+        return prefix + memoryview(orjson.dumps(rest))[1:]
+
+    def json(self, key: str, held: bytes) -> bytes:
+        """The JSON of what a store holds at ``key``: ``held`` itself for a body or a plain
+        stub, the restored JSON for a compact stub."""
+        if held[0]:
+            return held
+        namespace, _, name = key.rpartition("/")
+        parts: list[bytes | memoryview] = [self._heads[held[1]], b'"name":', orjson.dumps(name)]
+        if namespace:
+            parts += (b',"namespace":', orjson.dumps(namespace))
+        rest = memoryview(held)[2:]
+        if rest[0] != _CLOSE:  # other metadata fields follow
+            parts.append(b",")
+        parts += (rest, b"}")
+        return b"".join(parts)
+
+    def _add_pair(self, api_version: str, kind: str) -> bytes | None:
+        with self._lock:
+            prefix = self._pairs.get((api_version, kind))
+            if prefix is None and len(self._heads) < _MAX_PAIRS:
+                self._heads.append(
+                    b'{"apiVersion":%b,"kind":%b,"metadata":{'
+                    % (orjson.dumps(api_version), orjson.dumps(kind))
+                )
+                prefix = self._pairs[api_version, kind] = bytes((0, len(self._heads) - 1))
+            return prefix
+
+
+STUBS: Final = MetadataStubs()
+"""The process's stub table, used by every store and delta (see :class:`MetadataStubs`)."""
 
 
 class BodyBudget:

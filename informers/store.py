@@ -25,8 +25,8 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from ._partial import Metadata, label_values, owner_uids
-from .budget import BodyBudget, EvictedBodyError, metadata_stub, stub_of
+from ._partial import Metadata, label_values, owner_uids, stub_source
+from .budget import STUBS, BodyBudget, EvictedBodyError
 from .labels import LabelSelector, Operator
 from .resource_version import compare_resource_versions, is_comparable, is_newer, sort_key
 
@@ -193,7 +193,9 @@ class StoreDelta:
         """The object (decoded lazily, once, when the delta carries only bytes)."""
         obj = self._obj
         if obj is None:
-            obj = self._obj = orjson.loads(self._raw)  # type: ignore[arg-type]
+            raw: bytes = self._raw  # type: ignore[assignment]
+            # A compact metadata stub (an evicted object's) starts with a NUL: see STUBS.
+            obj = self._obj = orjson.loads(raw if raw[0] else STUBS.json(self.key, raw))
             self._raw = None
         return obj
 
@@ -205,8 +207,9 @@ class StoreDelta:
     @property
     def old(self) -> dict[str, Any] | None:
         """The previously cached state, or ``None`` for ``ADDED`` (decoded lazily, once)."""
-        if self._old is None and self._old_raw is not None:
-            self._old = orjson.loads(self._old_raw)
+        old_raw = self._old_raw
+        if self._old is None and old_raw is not None:
+            self._old = orjson.loads(old_raw if old_raw[0] else STUBS.json(self.key, old_raw))
             self._old_raw = None
         return self._old
 
@@ -247,8 +250,11 @@ def split_uid_change(delta: StoreDelta) -> tuple[StoreDelta, StoreDelta]:
 
 
 def _uid_in(raw: bytes) -> str | None:
-    """``metadata.uid`` of an encoded object (decodes it: for the rare case only)."""
-    uid = (orjson.loads(raw).get("metadata") or {}).get("uid")
+    """``metadata.uid`` of an encoded object or stub (decodes it: for the rare case only)."""
+    if raw[0]:
+        uid = (orjson.loads(raw).get("metadata") or {}).get("uid")
+    else:  # a compact stub (see STUBS): two bytes, then its metadata's JSON but the "{"
+        uid = orjson.loads(b"{" + raw[2:]).get("uid")
     return uid if isinstance(uid, str) and uid else None
 
 
@@ -265,10 +271,9 @@ def _uid_changed(uid: str, old_raw: bytes) -> bool:
     if (b'"uid":"' + uid.encode() + b'"') in old_raw:
         return False
     try:
-        old_uid = orjson.loads(old_raw).get("metadata", {}).get("uid")
+        return _uid_in(old_raw) != uid  # a body or a stub (see STUBS)
     except (orjson.JSONDecodeError, AttributeError):
         return True
-    return bool(old_uid != uid)
 
 
 _UID_NOT_KEPT: Final = ""
@@ -287,7 +292,7 @@ class Prepared(_Entry):
     store's own size. It is its own entry (no second object per buffered item), and keeps the
     UID only when the store held the key (a UID string is ~85 B per buffered object).
 
-    ``stub``: ``raw`` is the object's metadata only (:func:`~informers.budget.metadata_stub`),
+    ``stub``: ``raw`` is the object's metadata only (:class:`~informers.budget.MetadataStubs`),
     prepared so by a store whose memory budget the list being buffered has filled
     (:meth:`Store.prepare`); it is stored with its body evicted.
     """
@@ -549,11 +554,11 @@ class Store:
         return _raw_of(stored)
 
     def held_raw(self, key: str) -> bytes | None:
-        """What the store holds for ``key``: its body, or with a budget possibly only its
-        metadata stub (:mod:`informers.budget`); ``None`` when absent. Never raises; does not
-        count as a use of the body."""
+        """The JSON of what the store holds for ``key``: its body, or with a budget possibly
+        only its metadata stub (:mod:`informers.budget`); ``None`` when absent. Never raises;
+        does not count as a use of the body."""
         stored = self._items.get(key)
-        return None if stored is None else _raw_of(stored)
+        return None if stored is None else STUBS.json(key, _raw_of(stored))
 
     def evicted(self, key: str) -> bool:
         """Whether ``key`` is held with its metadata only (its body evicted by the budget)."""
@@ -596,7 +601,8 @@ class Store:
         if stored is None or key in self._stubbed:
             return
         entry = self._entry(stored)
-        self._items[key] = self._compact(_Entry(metadata_stub(entry.raw), entry.rv, entry.ivals))
+        stub = STUBS.encode(key, orjson.loads(entry.raw))
+        self._items[key] = self._compact(_Entry(stub, entry.rv, entry.ivals))
         self._stub(key)
 
     def _stub(self, key: str) -> None:
@@ -625,7 +631,7 @@ class Store:
         items = self._items
         for k in keys:
             stored = items[k]
-            obj = orjson.loads(_raw_of(stored))
+            obj = orjson.loads(STUBS.json(k, _raw_of(stored)))
             if selector is not None and not selector.empty and not selector.matches_object(obj):
                 continue
             if k in self._stubbed:
@@ -649,7 +655,7 @@ class Store:
         stored = self._items.get(key)
         if stored is None:
             return None
-        uid = orjson.loads(_raw_of(stored)).get("metadata", {}).get("uid")
+        uid = orjson.loads(STUBS.json(key, _raw_of(stored))).get("metadata", {}).get("uid")
         return uid if isinstance(uid, str) else None
 
     def list(
@@ -770,11 +776,13 @@ class Store:
         budget = self._budget
         if budget is not None:
             if self._listed_bytes > budget.limit:
-                return Prepared(key, stub_of(obj), rv, self._index_values(obj), obj, uid, stub=True)
+                stub = STUBS.encode(key, obj)
+                return Prepared(key, stub, rv, self._index_values(obj), obj, uid, stub=True)
             raw = _encode(obj)
             self._listed_bytes += len(raw)
             if self._listed_bytes > budget.limit:
-                return Prepared(key, stub_of(obj), rv, self._index_values(obj), obj, uid, stub=True)
+                stub = STUBS.encode(key, obj)
+                return Prepared(key, stub, rv, self._index_values(obj), obj, uid, stub=True)
             return Prepared(key, raw, rv, self._index_values(obj), obj, uid)
         return Prepared(key, _encode(obj), rv, self._index_values(obj), obj, uid)
 
@@ -836,7 +844,8 @@ class Store:
             if self._listed_bytes <= budget.limit:
                 self._listed_bytes += len(raw)
             if self._listed_bytes > budget.limit:
-                return Prepared(key, metadata_stub(raw), rv, ivals, None, uid, stub=True)
+                stub = STUBS.encode(key, stub_source(raw))
+                return Prepared(key, stub, rv, ivals, None, uid, stub=True)
         return Prepared(key, raw, rv, ivals, None, uid)
 
     def apply_raw(self, event_type: EventType, meta: Metadata, raw: bytes) -> StoreDelta | None:

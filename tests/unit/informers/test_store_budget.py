@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from informers.budget import BodyBudget, EvictedBodyError
+from informers.budget import BodyBudget, EvictedBodyError, MetadataStubs, stub_of
 from informers.labels import LabelSelector
-from informers.store import Store
+from informers.store import Store, object_key
 
 
 def obj(
@@ -350,3 +350,109 @@ def test_buffered_relists_into_a_budgeted_store_match_an_unbounded_one(
         assert len(budget) == len(held)
         for k in held:
             assert bounded.get(k) == unbounded.get(k)
+
+
+# --- the metadata kept of an evicted object ------------------------------------------------
+
+NAMES = st.text(alphabet="ab/-", min_size=1, max_size=4)
+STUBBED = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {"name": NAMES},
+            optional={
+                "namespace": st.one_of(st.text(alphabet="ab/-", max_size=3), st.none()),
+                "uid": st.text(max_size=3),
+                "labels": st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2),
+                "generation": st.integers(0, 3),
+            },
+        ),
+        "spec": st.just({"payload": "x"}),
+    },
+    optional={
+        "apiVersion": st.one_of(st.sampled_from(["v1", "example.com/v1", 'odd"\\']), st.none()),
+        "kind": st.one_of(st.sampled_from(["Task", "Node"]), st.integers(0, 1)),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(STUBBED, min_size=1, max_size=8), st.sampled_from([0, 1, 255, 256, 300]))
+def test_a_compact_stub_gives_back_what_it_was_made_of(
+    objects: list[dict[str, Any]], kinds: int
+) -> None:
+    """Whatever the object (names with "/", no namespace or an empty one, no apiVersion,
+    a kind that is not a string, more (apiVersion, kind) pairs than a compact stub can name),
+    the JSON of its stub decodes to its apiVersion, kind and metadata, and the stub is never
+    larger than that JSON."""
+    stubs = MetadataStubs()
+    for i in range(kinds):  # fill the store's pairs, up to past what the first byte can name
+        stubs.encode("ns/x", {"apiVersion": "v1", "kind": f"K{i}", "metadata": {"name": "x"}})
+    for o in objects:
+        try:
+            key = object_key(o)
+        except ValueError:
+            continue
+        stub = stubs.encode(key, o)
+        assert orjson.loads(stubs.json(key, stub)) == orjson.loads(stub_of(o))
+        assert len(stub) <= len(stub_of(o))
+
+
+@settings(max_examples=200, deadline=None)
+@given(events, st.integers(0, 1500), st.sampled_from(["ns", ""]))
+def test_an_evicted_object_is_handed_out_with_its_whole_metadata(
+    script: list[tuple[str, int, int]], limit: int, namespace: str
+) -> None:
+    """Deltas' ``old`` (and a delete's object), what a late handler is given (``held_raw``)
+    and the UID: for an evicted object, its apiVersion, kind and whole metadata, exactly;
+    for a held one, the object. Namespaced and cluster-scoped."""
+    bounded, unbounded = Store(budget=BodyBudget(limit)), Store()
+
+    def kept(o: dict[str, Any] | None, evicted: bool) -> dict[str, Any] | None:
+        if o is None or not evicted:
+            return o
+        return {k: o[k] for k in ("apiVersion", "kind", "metadata")}
+
+    rv = 10
+    for step, (action, n, size) in enumerate(script):
+        if action == "GET":
+            continue
+        rv += 1
+        o = obj(f"t{n}", str(rv), size=size + step, labels={"n": str(n)})
+        if namespace:
+            o["metadata"]["namespace"] = namespace
+        else:
+            del o["metadata"]["namespace"]
+        key = object_key(o)
+        was_evicted = bounded.evicted(key)
+        d1, d2 = bounded.apply(action, o), unbounded.apply(action, o)  # type: ignore[arg-type]
+        assert (d1 is None) == (d2 is None)
+        if d1 is not None and d2 is not None:
+            assert d1.old == kept(d2.old, was_evicted)
+            if action == "DELETED":
+                assert d1.obj == d2.obj
+        keys = unbounded.keys()
+        for k in keys:
+            evicted = bounded.evicted(k)
+            held = bounded.held_raw(k)
+            assert held is not None
+            assert orjson.loads(held) == kept(unbounded.get(k), evicted)
+            assert bounded.uid_of(k) == unbounded.uid_of(k)
+    # A relist that drops every key: each delete carries what the store held.
+    gone1, gone2 = bounded.replace([], str(rv + 1)), unbounded.replace([], str(rv + 1))
+    assert [d.key for d in gone1] == [d.key for d in gone2]
+    for one, two in zip(gone1, gone2, strict=True):
+        assert one.obj["metadata"] == two.obj["metadata"]
+        assert one.obj["apiVersion"] == two.obj["apiVersion"]
+
+
+def test_a_stub_leaves_out_what_its_key_and_its_store_already_hold() -> None:
+    stubs = MetadataStubs()
+    o = obj("t0", "10")
+    stub = stubs.encode("ns/t0", o)
+    plain = stub_of(o)
+    head = b'{"apiVersion":"example.com/v1","kind":"Task","metadata":{"name":"t0","namespace":"ns",'
+    assert plain.startswith(head)
+    assert stub == b"\x00\x00" + plain[len(head) : -1]  # a NUL, then the pair's number: 0
+    store = Store(budget=BodyBudget(0))
+    store.apply("ADDED", o)
+    assert store.evicted("ns/t0") and store.held_bytes() == len(stub)

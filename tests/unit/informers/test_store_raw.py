@@ -141,6 +141,9 @@ def test_a_streaming_list_past_the_budget_is_buffered_as_metadata_as_by_prepare(
     ]
     assert [p.stub for p in raw_items] == [p.stub for p in dict_items]
     assert any(p.stub for p in raw_items) and not all(p.stub for p in raw_items)
+    # The same compact stubs (no apiVersion/kind/name/namespace: see STUBS) as prepare's.
+    assert [p.raw for p in raw_items if p.stub] == [p.raw for p in dict_items if p.stub]
+    assert all(p.raw[0] == 0 for p in raw_items if p.stub)
     assert [orjson.loads(p.raw) for p in raw_items if not p.stub] == [
         obj for obj in objs[: sum(not p.stub for p in raw_items)]
     ]
@@ -154,3 +157,14 @@ def test_a_streaming_list_past_the_budget_is_buffered_as_metadata_as_by_prepare(
         assert err.resource_version == raw_items[len(raw_items) - len(stubbed)].rv
     else:
         raise AssertionError("an evicted body was read")
+    # Handed out, a stub is put back whole: what the object was, without spec.
+    by_key = {f"default/{o['metadata']['name']}": o for o in objs}
+    for key in stubbed:
+        held = by_raw.held_raw(key)
+        assert held is not None
+        assert orjson.loads(held) == {k: v for k, v in by_key[key].items() if k != "spec"}
+    _, evicted = by_raw.list_held()
+    assert sorted(evicted) == sorted(
+        (key, by_key[key]["metadata"]["resourceVersion"]) for key in stubbed
+    )
+    assert by_raw.uid_of(stubbed[0]) == by_key[stubbed[0]]["metadata"]["uid"]
