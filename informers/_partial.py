@@ -39,7 +39,7 @@ Kubernetes API server can serve such an object: its own JSON decoder refuses the
 from __future__ import annotations
 
 import sys
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 import orjson
@@ -51,7 +51,6 @@ __all__ = [
     "decode_watch_line",
     "label_values",
     "owner_uids",
-    "stub_source",
 ]
 
 
@@ -92,15 +91,8 @@ class _Checked(msgspec.Struct, gc=False):
     metadata: _CheckedMetadata
 
 
-class _StubSource(msgspec.Struct, gc=False):
-    apiVersion: msgspec.Raw = msgspec.Raw()  # noqa: N815 (the wire name)
-    kind: msgspec.Raw = msgspec.Raw()
-    metadata: msgspec.Raw = msgspec.Raw()
-
-
 _decode_event = msgspec.json.Decoder(_Event).decode
 _decode_checked = msgspec.json.Decoder(_Checked).decode
-_decode_stub_source = msgspec.json.Decoder(_StubSource).decode
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 _TYPES: Final[tuple[EventType, ...]] = ("ADDED", "MODIFIED", "DELETED")
@@ -206,27 +198,6 @@ def _cut_spaced(data: bytes, start: int, stop: int, value: msgspec.Raw, k: int) 
     if after < stop and data[after] == _COMMA:  # the first member: cut up to the next comma
         return data[start:k] + data[after + 1 : stop]
     return data[start:k] + data[end:stop]  # the only member
-
-
-def stub_source(raw: bytes) -> dict[str, Any]:
-    """The ``apiVersion``, ``kind`` and ``metadata`` of the object encoded in ``raw`` (those
-    present), decoded by orjson as :func:`orjson.loads` of ``raw`` would decode them; the
-    rest of the object (its spec and status) is skipped, not built. What
-    :meth:`informers.budget.MetadataStubs.encode` needs of an object whose body is not kept.
-    """
-    try:
-        fields = _decode_stub_source(raw)
-    except Exception:  # not what msgspec takes: decode it all, as orjson does
-        obj = orjson.loads(raw)
-        return {k: obj[k] for k in _STUB_KEYS if k in obj}
-    return {
-        k: orjson.loads(memoryview(v))
-        for k, v in zip(_STUB_KEYS, (fields.apiVersion, fields.kind, fields.metadata), strict=True)
-        if len(v)
-    }
-
-
-_STUB_KEYS: Final = ("apiVersion", "kind", "metadata")
 
 
 def owner_uids(meta: Metadata) -> tuple[str, ...]:

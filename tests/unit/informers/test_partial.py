@@ -20,7 +20,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from informers._partial import cut_managed_fields, decode_watch_line, stub_source
+from informers._partial import cut_managed_fields, decode_watch_line
 from informers.store import Store
 
 # -- generated objects --------------------------------------------------------------------------
@@ -305,35 +305,3 @@ def test_caveat_a_number_beyond_the_double_range_is_taken_and_fails_when_read() 
     store.apply_raw(*taken)
     with pytest.raises(orjson.JSONDecodeError, match="infinity"):
         store.get("a")
-
-
-@given(
-    obj=objects(),
-    drop=st.sets(st.sampled_from(["apiVersion", "kind"])),
-    odd=st.dictionaries(st.sampled_from(["apiVersion", "kind"]), JSON, max_size=2),
-    indent=st.sampled_from([None, 2]),
-)
-@example(obj={"kind": "A", "metadata": {"name": "a"}}, drop=set(), odd={}, indent=None)
-def test_stub_source_is_what_orjson_decodes_of_apiversion_kind_and_metadata(
-    obj: dict[str, Any], drop: set[str], odd: dict[str, Any], indent: int | None
-) -> None:
-    """What a metadata stub is made of past the memory budget, read without the body."""
-    for k in drop:
-        obj.pop(k)
-    obj.update(odd)
-    raw = json.dumps(obj, indent=indent, ensure_ascii=False).encode()
-    whole = orjson.loads(raw)
-    assert stub_source(raw) == {
-        k: whole[k] for k in ("apiVersion", "kind", "metadata") if k in whole
-    }
-
-
-def test_stub_source_takes_the_last_of_duplicate_keys_and_escaped_ones_as_orjson_does() -> None:
-    for raw in (
-        b'{"kind":"A","kind":"B","metadata":{"a":1},"metadata":{"b":2}}',
-        b'{"ki\\u006ed":"X","apiVersion":"v1","spec":[]}',
-        b'{"metadata":{"n":18446744073709551616},"x":{}}',
-    ):
-        whole = orjson.loads(raw)
-        expected = {k: whole[k] for k in ("apiVersion", "kind", "metadata") if k in whole}
-        assert stub_source(raw) == expected
