@@ -29,7 +29,7 @@ from controller_runtime.envtest.storage import ETCD, default_storage
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
 from kubeclient.transport import Transport
-from tests.support import ClusterParts, detect_cluster_parts
+from tests.support import PLAYED_BY_DEFAULT, ClusterParts, detect_cluster_parts
 
 TEST_FEATURE_GATES = {"ShardedListAndWatch": True}
 """Alpha gates the suite's control plane turns on (sharded list and watch, KEP-5866)."""
@@ -68,16 +68,19 @@ def cluster_parts(control_plane: ControlPlane) -> ClusterParts:
 
 @pytest.fixture(autouse=True)
 def _skip_what_the_cluster_does_itself(request: pytest.FixtureRequest) -> None:
-    """A test marked ``plays("the job controller")`` writes what a cluster component would
-    write itself (a Job's status, a Pod's, a StatefulSet's), which only the local control
-    plane leaves to the test: on an existing cluster that runs a controller-manager or nodes
-    it is skipped, saying so."""
+    """A test marked ``plays("the job controller", by=("controller-manager",))`` writes what
+    a cluster component would write itself (a Job's status, a Pod's, a StatefulSet's; deletes
+    what the garbage collector would), which only the local control plane leaves to the test:
+    on an existing cluster that runs one of the components ``by`` (default: the
+    controller-manager and the kubelet) it is skipped, saying so in one line."""
     marker = request.node.get_closest_marker("plays")
     if marker is None or not use_existing_cluster():
         return
+    by = marker.kwargs.get("by", PLAYED_BY_DEFAULT)
     parts: ClusterParts = request.getfixturevalue("cluster_parts")
-    if parts.controller_manager or parts.nodes:
-        pytest.skip(f"plays {marker.args[0]}, which this cluster runs itself")
+    reason = parts.plays_reason(marker.args[0], (by,) if isinstance(by, str) else tuple(by))
+    if reason:
+        pytest.skip(reason)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -98,14 +101,30 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
-def gates_off_plane() -> Iterator[ControlPlane]:
+def gates_off_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """A second local control plane with ``ShardedListAndWatch`` off: the server ignores
     ``shardSelector``, so sharded informers must filter on the client. Started only when a
-    test asks."""
+    test asks. On an existing cluster whose API server ignores ``shardSelector`` itself, that
+    cluster (it is such a plane); on one that filters, skipped."""
     if use_existing_cluster():
-        pytest.skip("needs a local control plane with its own feature gates")
+        if request.getfixturevalue("cluster_parts").filters_shards:
+            pytest.skip("needs ShardedListAndWatch off; this cluster's API server has it on")
+        yield request.getfixturevalue("control_plane")
+        return
     with ControlPlane(feature_gates={"ShardedListAndWatch": False}) as plane:
         yield plane
+
+
+@pytest.fixture
+def sharding_gate_on(cluster_parts: ClusterParts) -> None:
+    """For tests of the server's filtering: skipped where the API server ignores
+    ``shardSelector`` (an existing cluster without the alpha gate; the tests with the gate
+    off then run on that cluster instead, ``gates_off_plane``)."""
+    if not cluster_parts.filters_shards:
+        pytest.skip(
+            "needs ShardedListAndWatch on; this cluster's API server ignores shardSelector "
+            "(the gate-off tests run on it instead)"
+        )
 
 
 @pytest.fixture(scope="session")

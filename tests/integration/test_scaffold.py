@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging_support import offline_pip_env, run
+from tests.packaging_support import child_env, offline_pip_env, run
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +62,7 @@ async def test_make_run_starts_the_manager_on_a_local_control_plane(project: Pat
         "run",
         "ARGS=--local=always --metrics-bind-address=0 --health-probe-bind-address=0",
         cwd=project,
+        env=child_env(),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,

@@ -61,6 +61,7 @@ async def snapshot(
     return keys, body["metadata"]
 
 
+@pytest.mark.usefixtures("sharding_gate_on")
 @pytest.mark.parametrize("field", list(ShardField))
 @pytest.mark.parametrize("path", ["/api/v1/namespaces", "/apis/tasks.crpy.io/v1/tasks"])
 async def test_client_hash_equals_the_servers(
@@ -131,6 +132,7 @@ async def check_informer_holds_its_shard(transport: Transport, server_filters: b
         await informer.stop()
 
 
+@pytest.mark.usefixtures("sharding_gate_on")
 async def test_sharded_informer_with_the_gate_on_is_filtered_by_the_server(
     transport: Transport,
 ) -> None:

@@ -317,6 +317,7 @@ async def scenario(
     return timings
 
 
+@pytest.mark.usefixtures("sharding_gate_on")
 async def test_replicas_share_10k_tasks_and_hand_over_without_overlap(
     control_plane: ControlPlane, ring_namespace: str, tmp_path: Path
 ) -> None:

@@ -38,8 +38,17 @@ from tests.integration.stalecache.harness import (
     schedules,
 )
 from tests.integration.stalecache.scenarios import BindingScenario, TaskScenario
+from tests.support import CONTROLLER_MANAGER
 
 pytestmark = pytest.mark.integration
+
+PLAYS_JOBS = pytest.mark.plays(
+    "the job controller and the garbage collector (the backup scenario writes its Jobs' "
+    "status and deletes a deleted Backup's Jobs)",
+    by=CONTROLLER_MANAGER,
+)
+"""The backup scenario's tests (``backup_scenario.py``): on a cluster with a controller-manager
+the real job controller would run the Jobs (their Pods) and overwrite the status written."""
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3"))
 TIMEOUT = 300 + 120 * EXAMPLES
@@ -128,6 +137,7 @@ async def test_postgres_controllers_under_a_scheduled_cache(
     await _fuzz("binding", schedule, admin_config, transport, request, guard=guard)
 
 
+@PLAYS_JOBS
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
 @pytest.mark.timeout(TIMEOUT)
 @FUZZ
@@ -278,6 +288,7 @@ async def test_regression_binding_deleted_recreated_deleted_while_the_cache_reli
     assert not report.failures, report.failures
 
 
+@PLAYS_JOBS
 async def test_regression_backup_recreated_while_its_old_job_is_still_cached(
     admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
 ) -> None:
@@ -296,6 +307,7 @@ async def test_regression_backup_recreated_while_its_old_job_is_still_cached(
     assert not report.failures, report.failures
 
 
+@PLAYS_JOBS
 async def test_regression_backup_plan_prunes_while_its_backups_lag(
     admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
 ) -> None:
@@ -327,6 +339,7 @@ async def test_regression_backup_plan_prunes_while_its_backups_lag(
     )
 
 
+@PLAYS_JOBS
 async def test_regression_backup_job_deleted_by_hand_while_jobs_lag(
     admin_config: ClusterConfig, transport: Transport, request: pytest.FixtureRequest
 ) -> None:
@@ -347,6 +360,7 @@ async def test_regression_backup_job_deleted_by_hand_while_jobs_lag(
     assert scenario.jobs_deleted, "no Job was deleted by hand: the schedule proves nothing"
 
 
+@PLAYS_JOBS
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
 async def test_regression_backup_deleted_while_its_watch_relists(
     admin_config: ClusterConfig,
@@ -366,6 +380,7 @@ async def test_regression_backup_deleted_while_its_watch_relists(
     assert not report.failures, report.failures
 
 
+@PLAYS_JOBS
 @pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
 async def test_regression_backup_job_deleted_by_hand_after_it_finished(
     admin_config: ClusterConfig,
