@@ -155,7 +155,9 @@ async def transport(admin_config: ClusterConfig) -> AsyncIterator[Transport]:
 
 @pytest.fixture
 async def namespace(transport: Transport) -> AsyncIterator[str]:
-    """A fresh namespace, deleted after the test (it stays Terminating: no controller-manager)."""
+    """A fresh namespace, deleted after the test (on the local control plane it stays
+    Terminating: no namespace controller; a cluster's controller-manager empties and removes
+    it)."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     await transport.request("POST", "/api/v1/namespaces", body=body)
