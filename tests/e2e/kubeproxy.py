@@ -28,7 +28,7 @@ METRICS_URL = "http://127.0.0.1:10249/metrics"
 PROGRAMMING = "kubeproxy_network_programming_duration_seconds"
 SYNC = "kubeproxy_sync_proxy_rules_duration_seconds"
 RULES = "kubeproxy_sync_proxy_rules_iptables_total"
-"""Gauge: the rules kube-proxy last wrote, by ``table``."""
+"""Gauge: the rules kube-proxy manages, by ``table`` (and ``ip_family``: the IPv4 ones count)."""
 RULES_KEY = "kube_proxy_iptables_rules_"
 """Prefix of the rules' numbers in :func:`summary` (then the table's name)."""
 
@@ -115,7 +115,8 @@ def summary(text: str) -> dict[str, float]:
         numbers[f"kube_proxy_{short}_over_1s"] = histogram.above(1.0)
         numbers[f"kube_proxy_{short}_over_5s"] = histogram.above(5.0)
     for line in text.splitlines():
-        if line.startswith(f"{RULES}{{") and 'table="' in line:
+        # The node's Pods are IPv4 only: the IPv6 tables (labelled ip_family="IPv6") stay empty.
+        if line.startswith(f"{RULES}{{") and 'table="' in line and "IPv6" not in line:
             table = line.split('table="', 1)[1].split('"', 1)[0]
             numbers[f"{RULES_KEY}{table}"] = float(line.rpartition(" ")[2])
     return numbers

@@ -22,8 +22,10 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="1.024"} 40
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="+Inf"} 40
 kubeproxy_sync_proxy_rules_duration_seconds_sum 8
 kubeproxy_sync_proxy_rules_duration_seconds_count 40
-kubeproxy_sync_proxy_rules_iptables_total{table="filter"} 7
-kubeproxy_sync_proxy_rules_iptables_total{table="nat"} 61
+kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",table="filter"} 7
+kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",table="nat"} 61
+kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv6",table="filter"} 3
+kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv6",table="nat"} 5
 """
 
 
@@ -49,7 +51,8 @@ def test_the_summary_names_both_histograms_and_the_rules() -> None:
     assert numbers["kube_proxy_sync_mean_s"] == 0.2
     # No bound at 1 s: counted from 0.512 s, the largest bound below it (an upper estimate).
     assert numbers["kube_proxy_sync_over_1s"] == 2
-    assert numbers["kube_proxy_iptables_rules_nat"] == 61
+    assert numbers["kube_proxy_iptables_rules_nat"] == 61  # IPv4: the IPv6 tables are empty
+    assert numbers["kube_proxy_iptables_rules_filter"] == 7
     assert summary("") == {}
 
 
@@ -61,7 +64,7 @@ LATER = (
     .replace('le="+Inf"} 10', 'le="+Inf"} 13')
     .replace("seconds_sum 19.5", "seconds_sum 26.5")
     .replace("duration_seconds_count 10", "duration_seconds_count 13")
-    .replace('table="nat"} 61', 'table="nat"} 75')
+    .replace('IPv4",table="nat"} 61', 'IPv4",table="nat"} 75')
 )
 """METRICS after three more endpoint changes: one under 0.25 s, two between 1 and 5 s."""
 
