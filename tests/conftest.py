@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
+from controller_runtime.envtest.audit import WRITES_POLICY
 from controller_runtime.envtest.storage import ETCD, default_storage
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
@@ -101,30 +102,51 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
-def gates_off_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+def gates_off_plane() -> Iterator[ControlPlane]:
     """A second local control plane with ``ShardedListAndWatch`` off: the server ignores
-    ``shardSelector``, so sharded informers must filter on the client. Started only when a
-    test asks. On an existing cluster whose API server ignores ``shardSelector`` itself, that
-    cluster (it is such a plane); on one that filters, skipped."""
+    ``shardSelector``, so sharded informers must filter on the client. Its audit log records
+    every write (``WRITES_POLICY``). Started only when a test asks."""
     if use_existing_cluster():
-        if request.getfixturevalue("cluster_parts").filters_shards:
-            pytest.skip("needs ShardedListAndWatch off; this cluster's API server has it on")
-        yield request.getfixturevalue("control_plane")
-        return
-    with ControlPlane(feature_gates={"ShardedListAndWatch": False}) as plane:
+        pytest.skip("needs a local control plane with its own feature gates")
+    with ControlPlane(
+        feature_gates={"ShardedListAndWatch": False}, audit_policy=WRITES_POLICY
+    ) as plane:
         yield plane
 
 
 @pytest.fixture
 def sharding_gate_on(cluster_parts: ClusterParts) -> None:
-    """For tests of the server's filtering: skipped where the API server ignores
-    ``shardSelector`` (an existing cluster without the alpha gate; the tests with the gate
-    off then run on that cluster instead, ``gates_off_plane``)."""
+    """For tests of the server's filtering on the session's cluster: skipped where its API
+    server ignores ``shardSelector`` (an existing cluster without the alpha gate, where
+    ``test_sharding_informers.py``'s gate-off test runs instead)."""
     if not cluster_parts.filters_shards:
-        pytest.skip(
-            "needs ShardedListAndWatch on; this cluster's API server ignores shardSelector "
-            "(the gate-off tests run on it instead)"
-        )
+        pytest.skip("needs ShardedListAndWatch on; this cluster's API server ignores shardSelector")
+
+
+@pytest.fixture(scope="session")
+def audited_plane() -> Iterator[ControlPlane]:
+    """A local control plane like ``control_plane`` (the same feature gates) whose API server
+    writes every write to its audit log (``plane.audit_log``, ``WRITES_POLICY``): who sent
+    what, and when the server received it. Started only when a test asks."""
+    if use_existing_cluster():
+        pytest.skip("needs a local control plane with an audit log")
+    with ControlPlane(feature_gates=TEST_FEATURE_GATES, audit_policy=WRITES_POLICY) as plane:
+        yield plane
+
+
+@pytest.fixture
+async def audited_admin(audited_plane: ControlPlane) -> AsyncIterator[Transport]:
+    """A transport to ``audited_plane`` as its admin."""
+    async with Transport(await load_kubeconfig(audited_plane.kubeconfig)) as transport:
+        yield transport
+
+
+@pytest.fixture
+async def audited_namespace(audited_admin: Transport) -> str:
+    """A fresh namespace on ``audited_plane`` (left behind: the plane is the session's)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await audited_admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+    return name
 
 
 @pytest.fixture(scope="session")
