@@ -223,6 +223,13 @@ def test_the_generated_deployment_runs_under_pod_security_restricted(
     documents = built_config(project, control_plane)
     namespace = applied_namespace(documents, control_plane, tmp_path)
     pod = pod_of(one(documents, "Deployment"))
+    # A cluster's ServiceAccount admission (the local control plane has it off) refuses a Pod
+    # whose ServiceAccount does not exist: the config's own is applied first.
+    account = one(documents, "ServiceAccount", pod["spec"]["serviceAccountName"])
+    (tmp_path / "account.yaml").write_text(yaml.safe_dump(account))
+    control_plane.kubectl(
+        "apply", "--server-side", "--field-manager=test", "-f", str(tmp_path / "account.yaml")
+    )
     good = tmp_path / "pod.yaml"
     good.write_text(yaml.safe_dump(pod))
     created = control_plane.kubectl(
