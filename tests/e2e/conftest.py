@@ -15,6 +15,7 @@ Pod's logs) and the operator's namespace with its replicas' logs (``tests/e2e/fa
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -39,6 +40,9 @@ from tests.e2e.support import (
     Images,
     namespace_state,
 )
+
+KUBE_PROXY_WINDOWS: list[kubeproxy.Window] = []
+"""kube-proxy over each test that used the cluster (printed at the end of the session)."""
 
 _FAILED: list[str] = []
 """A session fixture that failed is retried by every test that uses it: building images or
@@ -91,6 +95,12 @@ def cluster(images: Images) -> Iterator[LocalCluster]:
     finally:
         node.stop()
         print(f"\ne2e timings and memory: {TIMINGS}")
+        print("\nkube-proxy by test (programming: endpoint change -> rules written):")
+        for window in KUBE_PROXY_WINDOWS:
+            print(f"  {window.line()}")
+        print("kube-proxy by file:")
+        for window in kubeproxy.by_file(KUBE_PROXY_WINDOWS):
+            print(f"  {window.line()}")
     leftovers = []
     if network.exists():
         leftovers.append(f"network namespace {network.NETNS}")
@@ -110,6 +120,20 @@ def operator(cluster: LocalCluster, images: Images) -> str:
     """The operator installed with ``kubectl apply -k`` (2 replicas ready); its image."""
     TIMINGS["operator_install_to_ready"] = install(cluster, images.operator)
     return images.operator
+
+
+@pytest.fixture(autouse=True)
+def _kube_proxy_window(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Read kube-proxy's histograms before and after each test that uses the cluster (the
+    session fixture is up by then), for :data:`KUBE_PROXY_WINDOWS`."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    before = kubeproxy.read_metrics()
+    yield
+    KUBE_PROXY_WINDOWS.append(
+        kubeproxy.window(request.node.nodeid, before, kubeproxy.read_metrics(), os.getloadavg()[0])
+    )
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:
