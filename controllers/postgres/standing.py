@@ -221,13 +221,16 @@ class Desired:
     """Override of ``synchronous_standby_names`` (``None``: the configuration's value)."""
     rewind: int = 0
     """Incremented to ask for a rewind of this standby."""
+    hold: bool = True
+    """A primary whose Pod is deleted keeps serving a while for a switchover (``False`` for
+    a lone instance: nobody can take over, so it stops at once)."""
 
     def render(self, seq: int) -> str:
         lease = -1 if math.isinf(self.lease) else max(0, int(self.lease * 100))
         sync = "-" if self.sync_names is None else self.sync_names
         return (
             f"seq={seq}\nmode={self.mode}\nupstream={self.upstream}\ngrant={self.grant}\n"
-            f"lease_cs={lease}\nsync={sync}\nrewind={self.rewind}\n"
+            f"lease_cs={lease}\nsync={sync}\nrewind={self.rewind}\nhold={int(self.hold)}\n"
         )
 
 
@@ -298,6 +301,7 @@ def decide(
         lease=_lease_left(state, now),
         sync_names=_sync_override(standing, postgres),
         rewind=state.rewind,
+        hold=standing.replicas > 1,
     )
     return replace(state, desired=desired)
 

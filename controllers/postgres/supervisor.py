@@ -26,7 +26,8 @@ Every 0.2 s (sooner when the agent writes to the ``wake`` pipe) it reads the age
 - applies the ``synchronous_standby_names`` override of a DegradeToAsync primary;
 - on SIGTERM/SIGINT (the Pod is deleted): a primary keeps serving while the agent still wants
   it primary, up to ``CRPY_TERM_WAIT`` seconds (default 30), so the operator can switch over
-  to a standby first; then a fast shutdown, and exit.
+  to a standby first (not at all for a lone instance: nobody can take over); then a fast
+  shutdown, and exit.
 
 It writes its ``state`` (mode, whether PostgreSQL runs, what the data directory holds, a clean
 stop's final LSN, why PostgreSQL last stopped) on every change and once a second, and a
@@ -77,7 +78,7 @@ terminating=0
 term_cs=0
 lease_deadline=0 # centiseconds of our clock; -1 unbounded; 0 none
 last_seq=""
-d_mode=standby d_upstream="" d_grant=0 d_sync=- d_rewind=0
+d_mode=standby d_upstream="" d_grant=0 d_sync=- d_rewind=0 d_hold=1
 applied_upstream="?" applied_sync="?"
 cd_state="" cd_lsn="" cd_tli=0
 error=""
@@ -132,7 +133,7 @@ read_desired() {
   while IFS='=' read -r k v; do
     case $k in
       seq) seq=$v ;; mode) d_mode=$v ;; upstream) d_upstream=$v ;; grant) d_grant=$v ;;
-      lease_cs) lease=$v ;; sync) d_sync=$v ;; rewind) d_rewind=$v ;;
+      lease_cs) lease=$v ;; sync) d_sync=$v ;; rewind) d_rewind=$v ;; hold) d_hold=$v ;;
     esac
   done < "$RUN/desired"
   if [ "$seq" != "$last_seq" ]; then
@@ -359,7 +360,8 @@ step() {
         log "lease expired: the primary stops accepting commits"
         stop_postgres QUIT lease; return
       fi
-      if [ "$terminating" = 1 ] && [ $(( NOW - term_cs )) -ge "$TERM_WAIT_CS" ]; then
+      if [ "$terminating" = 1 ] \
+          && { [ "$d_hold" = 0 ] || [ $(( NOW - term_cs )) -ge "$TERM_WAIT_CS" ]; }; then
         stop_postgres INT terminate; return
       fi
       [ "$KIND" = primary ] && [ "$d_sync" != "$applied_sync" ] && apply_sync
