@@ -19,8 +19,8 @@ Environment: ``POD_NAME`` (the member), ``POD_NAMESPACE``, ``CRPY_INSTANCE``,
 ``CRPY_HEADLESS`` (the headless Service: members are ``<member>.<headless>``), ``CRPY_RUN``
 (``/run/crpy-ha``), ``CRPY_SOCKET_DIR`` (``/var/run/postgresql``), ``PGPORT`` (5432),
 ``POSTGRES_USER`` (``postgres``), ``CRPY_PEERS`` (JSON ``{member: "host port"}``: addresses
-other than the headless Service's, for tests), ``CRPY_AGENT_PORT``. The API server is the
-in-cluster one unless ``KUBECONFIG`` is set.
+other than the headless Service's, for tests), ``CRPY_AGENT_PORT``. The API server is found as
+``kubectl`` finds it (``KUBECONFIG``, else the Pod's service account).
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ import orjson
 import psycopg
 from aiohttp import web
 
+from controller_runtime.client import Transport
+from controller_runtime.config import ClusterConfig, load_config
+from controller_runtime.errors import ApiError
 from controllers.postgres.standing import (
     AgentState,
     Desired,
@@ -55,9 +58,6 @@ from controllers.postgres.standing import (
     standing_of,
     supervisor_state,
 )
-from kubeclient.config import ClusterConfig, load_in_cluster_config, load_kubeconfig
-from kubeclient.errors import ApiError
-from kubeclient.transport import Transport
 
 log = logging.getLogger("controllers.postgres.agent")
 
@@ -376,12 +376,6 @@ async def _observe(conn: psycopg.AsyncConnection[Any]) -> Postgres:
     )
 
 
-async def cluster_config() -> ClusterConfig:
-    if os.environ.get("KUBECONFIG"):
-        return await load_kubeconfig()
-    return load_in_cluster_config()
-
-
 async def serve(settings: AgentSettings, config: ClusterConfig, stop: asyncio.Event) -> None:
     """Run an agent until ``stop`` is set."""
     async with Transport(config, max_retries=0) as transport:
@@ -419,7 +413,7 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(settings, await cluster_config(), stop)
+        await serve(settings, await load_config(), stop)
 
     asyncio.run(run())
 
