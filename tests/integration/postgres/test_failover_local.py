@@ -342,6 +342,11 @@ async def _gone(kube: Client, namespace: str, name: str, members: LocalMembers) 
     await until(check, f"pod {name} gone", members)
 
 
+async def _streaming(members: LocalMembers, primary: str) -> bool:
+    report = await members.status(1)
+    return report is not None and report["streamingFrom"] == primary
+
+
 async def _acked(seen: Traffic, count: int) -> bool:
     return len(seen.acked) >= count
 
@@ -391,3 +396,45 @@ async def test_asynchronous_failover_loses_at_most_the_newest_unreplicated_commi
                 lost_counts.append(len(lost))
                 await members.query(new_index, "TRUNCATE acked")
     print(f"asynchronous failover after a postmaster kill: lost {lost_counts} acknowledged rows")
+
+
+def synchronous_spec(policy: str) -> dict[str, Any]:
+    return {
+        "version": "15",
+        "replicas": 2,
+        "replication": {"synchronous": {"number": 1}, "syncPolicy": policy},
+    }
+
+
+@pytest.mark.parametrize("policy", ["ZeroLoss", "DegradeToAsync"])
+async def test_zero_loss_blocks_commits_without_a_standby_and_degrade_to_async_does_not(
+    admin_config: ClusterConfig, transport: Transport, namespace: str, kube: Client, policy: str
+) -> None:
+    """With its only standby stopped, a ZeroLoss primary's commit waits until the standby is
+    back; a DegradeToAsync primary's commit goes through once its agent notices (the
+    ``synchronous_standby_names`` override), and the override goes when the standby
+    streams again."""
+    spec = synchronous_spec(policy)
+    await create_instance(transport, namespace, spec)
+    async with local_members(admin_config, namespace, NAME, 2, spec) as members:
+        for index in range(2):
+            await make_pod(kube, namespace, members, index)
+        async with running_operator(admin_config, namespace, setups=(setup_ha_controller,)):
+            await until(lambda: _streaming(members, "db-0"), "db-1 streaming from db-0", members)
+            await members.query(0, "CREATE TABLE t (id int)")
+            await members.stop_member(1)
+            commit = asyncio.create_task(members.query(0, "INSERT INTO t VALUES (1)"))
+            done, _ = await asyncio.wait({commit}, timeout=8)
+            if policy == "ZeroLoss":
+                assert not done, "a ZeroLoss primary acknowledged a commit no standby has"
+            else:
+                assert done, f"a DegradeToAsync primary kept waiting\n{members.logs()}"
+                assert await members.query(0, "SHOW synchronous_standby_names") == [("",)]
+            await members.start(1)
+            await asyncio.wait_for(commit, 90)  # ZeroLoss: once the standby streams
+
+            async def restored() -> bool:
+                rows = await members.query(0, "SHOW synchronous_standby_names")
+                return rows == [("FIRST 1 (*)",)]
+
+            await until(restored, "synchronous_standby_names as configured again", members)
