@@ -15,6 +15,10 @@ row is on every member, the old primary is back as a streaming standby, no sampl
 writable members, and the write gap (last acknowledgement before the fault to the first
 after) is recorded in the session's timings (docs/e2e.md; never asserted: numbers are
 measured, not tested).
+
+``CRPY_HA_ROUNDS=N`` (``make e2e-ha-numbers``: 10) repeats each scenario N times on the same
+instance and writes every write gap, with medians and worst cases, to
+``$CRPY_HA_RESULTS`` (default ``ha-numbers.json`` in the working directory).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +55,9 @@ POLICY = {
 }
 BOOT_TIMEOUT = 300.0
 RECOVERY_TIMEOUT = 180.0
+ROUNDS = max(1, int(os.environ.get("CRPY_HA_ROUNDS", "1")))
+GAPS: dict[str, list[float]] = {}
+"""Every write gap measured, per scenario (for ``make e2e-ha-numbers``)."""
 
 
 def status(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
@@ -160,6 +168,8 @@ def instance(cluster: LocalCluster, operator: str) -> Iterator[str]:
         lambda: diagnostics(cluster, namespace, "pod app"),
     )
     yield namespace
+    if ROUNDS > 1:
+        write_numbers()
     cluster.kubectl("delete", "pod", "app", "-n", namespace, "--wait=false", check=False)
     cluster.kubectl(
         "delete", "postgresinstance", NAME, "-n", namespace, "--wait=false", check=False, timeout=60
@@ -182,6 +192,24 @@ def holds_all(cluster: LocalCluster, namespace: str, pod: str, acked: set[int], 
     )
 
 
+def write_numbers() -> None:
+    """The write gaps of every round, and per scenario the median and the worst."""
+    summary = {
+        fault: {
+            "rounds": len(gaps),
+            "median": statistics.median(gaps),
+            "worst": max(gaps),
+            "gaps": [round(g, 3) for g in gaps],
+        }
+        for fault, gaps in GAPS.items()
+    }
+    path = Path(os.environ.get("CRPY_HA_RESULTS", "ha-numbers.json"))
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"\nwrite gaps over {ROUNDS} rounds (written to {path}):")
+    for fault, numbers in summary.items():
+        print(f"  {fault}: median {numbers['median']:.2f} s, worst {numbers['worst']:.2f} s")
+
+
 def check_after(
     cluster: LocalCluster, namespace: str, fault: str, *, old: str, since: float, new: str
 ) -> None:
@@ -201,11 +229,13 @@ def check_after(
     assert doubles == [], f"{namespace}: two writable members after {fault}: {doubles[:5]}"
     gap = write_gap(log, since)
     TIMINGS[f"ha_write_gap_{fault}"] = gap
+    GAPS.setdefault(fault, []).append(gap)
     errors = errors_between(log, since, since + gap + 1)
     print(f"\n{fault}: {old} -> {new}, write gap {gap:.2f} s, errors {errors}")
 
 
-def test_postmaster_killed_from_the_host(cluster: LocalCluster, instance: str) -> None:
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_postmaster_killed_from_the_host(cluster: LocalCluster, instance: str, round_: int) -> None:
     namespace = instance
     old = wait_healthy(cluster, namespace, "healthy", RECOVERY_TIMEOUT)
     pid = postmaster_pid(cluster, namespace, old)
@@ -217,7 +247,8 @@ def test_postmaster_killed_from_the_host(cluster: LocalCluster, instance: str) -
     assert found["failovers"] >= 1 and found["lastTransitionSeconds"] > 0
 
 
-def test_primary_pod_deleted(cluster: LocalCluster, instance: str) -> None:
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_primary_pod_deleted(cluster: LocalCluster, instance: str, round_: int) -> None:
     namespace = instance
     old = wait_healthy(cluster, namespace, "healthy", RECOVERY_TIMEOUT)
     before = status(cluster, namespace).get("switchovers") or 0
@@ -228,7 +259,8 @@ def test_primary_pod_deleted(cluster: LocalCluster, instance: str) -> None:
     assert (status(cluster, namespace).get("switchovers") or 0) == before + 1
 
 
-def test_switchover_by_annotation(cluster: LocalCluster, instance: str) -> None:
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_switchover_by_annotation(cluster: LocalCluster, instance: str, round_: int) -> None:
     namespace = instance
     old = wait_healthy(cluster, namespace, "healthy", RECOVERY_TIMEOUT)
     target = next(f"{NAME}-{i}" for i in range(REPLICAS) if f"{NAME}-{i}" != old)
@@ -247,14 +279,15 @@ def test_switchover_by_annotation(cluster: LocalCluster, instance: str) -> None:
     assert "postgres.crpy.io/switchover-to" not in annotations
 
 
-def test_rolling_parameter_change(cluster: LocalCluster, instance: str) -> None:
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_rolling_parameter_change(cluster: LocalCluster, instance: str, round_: int) -> None:
     namespace = instance
     old = wait_healthy(cluster, namespace, "healthy", RECOVERY_TIMEOUT)
     before = status(cluster, namespace).get("switchovers") or 0
     changed_at = time.time()
     cluster.kubectl(
         "patch", "postgresinstance", NAME, "-n", namespace, "--type=merge",
-        "-p", json.dumps({"spec": {"parameters": {"max_connections": "120"}}}),
+        "-p", json.dumps({"spec": {"parameters": {"max_connections": str(120 + round_)}}}),
     )  # fmt: skip
 
     def rolled() -> bool:
@@ -276,6 +309,6 @@ def test_rolling_parameter_change(cluster: LocalCluster, instance: str) -> None:
             "exec", "-n", namespace, f"{NAME}-{i}", "-c", "postgres", "--",
             "psql", "-U", "postgres", "-tAc", "SHOW max_connections",
         ).strip()  # fmt: skip
-        assert value == "120", f"{namespace}/{NAME}-{i}: max_connections is {value!r}"
+        assert value == str(120 + round_), f"{namespace}/{NAME}-{i}: max_connections {value!r}"
     check_after(cluster, namespace, "rolling_update", old=old, since=changed_at, new=new)
     assert (status(cluster, namespace).get("switchovers") or 0) == before + 1
