@@ -450,6 +450,8 @@ def statefulset(
         # The agent's and the supervisor's files (the lease among them): in memory.
         {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
         {"name": "sockets", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        # The agent's root is read-only; Python wants a temporary directory.
+        {"name": "agent-tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
         # The agent's token, in the agent only (the postgres container has none).
         {
             "name": "agent-token",
@@ -505,7 +507,11 @@ def statefulset(
     }
     if spec.get("resources"):
         container["resources"] = spec["resources"]
-    agent_mounts = [*shared, {"name": "agent-token", "mountPath": TOKEN_DIR, "readOnly": True}]
+    agent_mounts = [
+        *shared,
+        {"name": "agent-tmp", "mountPath": "/tmp"},
+        {"name": "agent-token", "mountPath": TOKEN_DIR, "readOnly": True},
+    ]
     agent: Obj = {
         "name": "agent",
         "image": agent_image,

@@ -140,6 +140,7 @@ def test_each_pod_runs_the_supervisor_and_the_agent_sidecar_with_its_own_token()
     assert not any("PASSWORD" in name for name in env)  # the agent holds no password
     mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
     assert mounts[render.TOKEN_DIR] == "agent-token"
+    assert agent["securityContext"]["readOnlyRootFilesystem"] and "/tmp" in mounts
     (postgres,) = pod["containers"]
     assert postgres["command"] == ["/bin/bash", f"{render.CONFIG_DIR}/entrypoint.sh"]
     postgres_mounts = {m["mountPath"]: m["name"] for m in postgres["volumeMounts"]}
