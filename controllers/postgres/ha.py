@@ -7,8 +7,9 @@ switchover runs or the primary is unhealthy, every 10 s for a lone instance, and
 one of its Pods or their Nodes changes):
 
 1. **observe**: each Pod's agent answers ``GET /status`` (on the Pod's address, the port named
-   ``agent``, 1 s at most) with what its PostgreSQL says (role, readiness, timeline, received
-   and replayed LSN, the member it streams from, ``pg_stat_replication``); the cached Pod
+   ``agent``; 1 s, then once more 2 s, before it counts as silent) with what its PostgreSQL
+   says (role, readiness, timeline, received and replayed LSN, the member it streams from,
+   ``pg_stat_replication``); the cached Pod
    gives its deletion and creation times, its Node whether the node is lost (Ready not True);
 2. **decide**: :func:`~controllers.postgres.failover.decide` on the state kept in the
    instance's status (:func:`~controllers.postgres.failover.state_from_instance_status`), with
@@ -111,6 +112,9 @@ HEALTHY_INTERVAL = 1.0
 TRANSITION_INTERVAL = 0.25
 LONE_INTERVAL = 10.0
 OBSERVE_TIMEOUT = 1.0
+OBSERVE_TIMEOUTS = (OBSERVE_TIMEOUT, 2 * OBSERVE_TIMEOUT)
+"""An agent's answer is awaited this long, then once more this long, before it counts as
+silent."""
 AGENT_PORT_NAME = "agent"
 DEFAULT_AGENT_PORT = 8008
 POD_SELECTOR = f"{LABEL_NAME}=postgres,{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -434,16 +438,24 @@ class HAReconciler:
         return dict(zip(names, answers, strict=True))
 
     async def _fetch(self, pod: Obj) -> Report | None:
+        """The agent's report; ``None`` when it did not answer twice in a row (1 s, then 2 s:
+        one slow answer on a loaded node is no reason for a failover)."""
         url = _agent_url(pod, "/status")
         if url is None:
             return None
-        try:
-            async with self.session().get(url) as answer:
-                if answer.status != 200:
-                    return None
-                return report_of(await answer.json())
-        except (aiohttp.ClientError, TimeoutError, ValueError, OSError):
-            return None
+        for timeout in OBSERVE_TIMEOUTS:
+            try:
+                async with self.session().get(
+                    url, timeout=aiohttp.ClientTimeout(total=timeout)
+                ) as answer:
+                    if answer.status != 200:
+                        return None
+                    return report_of(await answer.json())
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                continue
+            except ValueError:
+                return None
+        return None
 
     async def poke(self, pods: Mapping[str, Obj]) -> None:
         """Ask every agent to read its standing now (best effort)."""
