@@ -50,6 +50,8 @@ _OURS = re.compile(r"^(crpy-net|crpy-node(-\d+)?)$")
 """Namespaces this module makes (``crpy-node`` alone: a single node of an earlier layout,
 which a killed run may have left)."""
 _LEGACY_HOST_VETHS = ("crpy-node0",)
+NETNS_DIR = Path("/run/netns")
+"""Where ``ip netns`` keeps named network namespaces."""
 
 
 class NetworkError(RuntimeError):
@@ -57,7 +59,7 @@ class NetworkError(RuntimeError):
 
 
 def netns_path(netns: str) -> Path:
-    return Path("/run/netns") / netns
+    return NETNS_DIR / netns
 
 
 def in_netns(command: list[str], netns: str) -> list[str]:
@@ -73,10 +75,9 @@ def _run(command: list[str]) -> None:
 
 def namespaces() -> list[str]:
     """The network namespaces of ours that exist (the link's and every node's)."""
-    root = Path("/run/netns")
-    if not root.is_dir():
+    if not NETNS_DIR.is_dir():
         return []
-    return sorted(entry.name for entry in root.iterdir() if _OURS.match(entry.name))
+    return sorted(entry.name for entry in NETNS_DIR.iterdir() if _OURS.match(entry.name))
 
 
 def exists() -> bool:
@@ -159,17 +160,6 @@ def partition(node: NodeAddresses) -> None:
 def reconnect(node: NodeAddresses) -> None:
     """Undo :func:`partition`."""
     _run(["ip", "-n", LINK_NETNS, "link", "set", node.name, "up"])
-
-
-def partitioned(node: NodeAddresses) -> bool:
-    """Whether ``node``'s port on the bridge is down."""
-    result = subprocess.run(
-        ["ip", "-n", LINK_NETNS, "-o", "link", "show", node.name],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return result.returncode == 0 and ",UP" not in result.stdout and "<UP" not in result.stdout
 
 
 def tear_down() -> list[str]:
