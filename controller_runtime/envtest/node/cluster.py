@@ -173,12 +173,6 @@ class LocalCluster:
         self._kernel = cleanup.record_kernel_settings()
         self._write_state()
         network.set_up(addr, plans)
-        bins = self._binaries
-        runc = _which("runc") or "runc"
-        for plan in plans:  # containerd needs no API server: it starts beside it
-            worker = WorkerNode(plan, addr, self.workdir / plan.name, bins, self.kubectl)
-            self._workers.append(worker)
-            worker.start_containerd(PAUSE_IMAGE, runc)
         # Never USE_EXISTING_CLUSTER's cluster: this is the cluster such a run may be aimed at.
         self.plane = ControlPlane(
             crd_directory=self.crd_directory, node_address=addr.host, existing_cluster=False
@@ -187,25 +181,29 @@ class LocalCluster:
         self.kubeconfig = self.plane.kubeconfig
         pki = self.plane.workdir / "pki"
         self.timings["control_plane"] = time.monotonic() - started
+        bins = self._binaries
+        runc = _which("runc") or "runc"
+        for plan in plans:
+            worker = WorkerNode(plan, addr, self.workdir / plan.name, bins, self.kubectl)
+            self._workers.append(worker)
+            worker.start_containerd(PAUSE_IMAGE, runc)
         self._wait(
             lambda: all(w.socket.exists() for w in self._workers),
             "containerd's socket",
             "containerd",
         )
+        # Imported before any kubelet starts: importing beside the starting components made
+        # a one-node start slower, not faster, on a loaded 2-core machine.
+        self._import_everywhere([pause_archive, *self.images])
         self.timings["containerd"] = time.monotonic() - started
-        # The images are imported while the rest starts (no Pod runs before start returns).
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
-            imported = background.submit(self._import_everywhere, [pause_archive, *self.images])
-            self._start_nodes(pki, started)
-            imported.result()
-        self.timings["images"] = time.monotonic() - started
+        self._start_nodes(pki)
         self.timings["node_ready"] = time.monotonic() - started
         self._wait(self._dns_ready, "CoreDNS ready", "coredns")
         self.timings["dns_ready"] = time.monotonic() - started
         if self.s3:
             self._start_s3(started)
 
-    def _start_nodes(self, pki: Path, started: float) -> None:
+    def _start_nodes(self, pki: Path) -> None:
         """The kubelets, the controllers beside the API server, kube-proxy, CoreDNS and the
         volumes; returns once every node is Ready."""
         assert self._binaries is not None
@@ -241,7 +239,6 @@ class LocalCluster:
         )
         self.plane.kubectl("apply", "-f", str(volume_manifest))
         self._wait(self._nodes_ready, "every node Ready", "kubelet")
-        self.timings["nodes_registered"] = time.monotonic() - started
 
     def _start_control_plane_controllers(self, pki: Path, ca_file: Path) -> None:
         """kube-controller-manager (node monitoring as the module docs say) and
