@@ -40,6 +40,12 @@ implementation; see :mod:`bench.kube`):
     our informer (-> queue -> no-op reconcile) and by client-go's (-> workqueue), beside
     orjson decoding alone.
 
+``webhook``
+    :mod:`bench.webhook` (a control plane of its own): a validating webhook of Tasks, ours
+    beside controller-runtime's, timed directly and through the API server at
+    ``--webhook-rate`` requests a second, and the most the API server takes through each.
+    Its rows go to ``bench/results/webhook.json`` and a table of their own.
+
 ``--storage etcd,kine-sqlite,kine-postgres`` runs the storage comparison instead
 (:mod:`bench.storage`): one control plane per backend, the same measurements on each.
 """
@@ -67,7 +73,7 @@ from bench.procs import Child, cpu_seconds
 from bench.report import Result
 from controller_runtime.envtest.binaries import BinaryError
 
-SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup", "core")
+SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup", "core", "webhook")
 CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup")
 IMPLEMENTATIONS = ("ours", "go", "kopf")
 EXTRA_IMPLEMENTATIONS = ("ours-echoes",)
@@ -113,6 +119,9 @@ class Settings:
     etcd_quota: int = 2 * 2**30
     storage_json: Path = Path("storage.json")
     memory_limit: int | None = None
+    webhook_rate: float = 100.0
+    webhook_seconds: float = 20.0
+    webhook_json: Path = Path("webhook.json")
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -147,7 +156,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--restart-objects",
         type=int,
-        help="reconciled Tasks the restart scenario starts on (default 100000)",
+        help="reconciled Tasks the restart scenario starts on (default 100000); with "
+        "--storage, the restart runs on the first rung of the ladder holding that many",
     )
     p.add_argument(
         "--restart-load",
@@ -185,6 +195,20 @@ def parser() -> argparse.ArgumentParser:
         "--core-objects",
         type=_ints,
         help="comma-separated sizes of the core scenario (default 100000,1000000)",
+    )
+    p.add_argument(
+        "--webhook-rate",
+        type=float,
+        default=100.0,
+        help="webhook: admission requests a second, open loop (default: %(default)s)",
+    )
+    p.add_argument(
+        "--webhook-seconds",
+        type=float,
+        help="webhook: seconds each measurement sends for (default 20; 5 with --quick)",
+    )
+    p.add_argument(
+        "--webhook-json", type=Path, default=RESULTS_DIR / "webhook.json", dest="webhook_json"
     )
     p.add_argument(
         "--workers",
@@ -311,6 +335,9 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         storage_churn=200 if args.quick and args.storage_churn == 1000 else args.storage_churn,
         etcd_quota=args.etcd_quota,
         storage_json=args.storage_json,
+        webhook_rate=args.webhook_rate,
+        webhook_seconds=args.webhook_seconds or (5.0 if args.quick else 20.0),
+        webhook_json=args.webhook_json,
     )
 
 
@@ -943,6 +970,33 @@ def run_storage_comparison(settings: Settings) -> int:
     return 0
 
 
+def run_webhook_scenario(settings: Settings) -> int:
+    """``--scenarios webhook``: :mod:`bench.webhook`; its own JSON file and table."""
+    from bench.webhook import format_table, run_webhook  # noqa: PLC0415
+
+    implementations = [i for i in settings.implementations if i in ("ours", "go")]
+    say(
+        f"webhook: {', '.join(implementations)} at {settings.webhook_rate:.0f}/s for "
+        f"{settings.webhook_seconds:.0f} s, {settings.repeat} round(s)"
+    )
+    try:
+        rows = run_webhook(
+            rate=settings.webhook_rate,
+            seconds=settings.webhook_seconds,
+            implementations=implementations,
+            repeat=settings.repeat,
+            progress=say,
+        )
+    except BinaryError as err:
+        say(f"bench: {err}")
+        return 1
+    settings.webhook_json.parent.mkdir(parents=True, exist_ok=True)
+    settings.webhook_json.write_text(json.dumps(rows, indent=2) + "\n")
+    print(format_table(rows), flush=True)
+    say(f"results: {settings.webhook_json}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from(argv)
     if settings.storage:
@@ -952,6 +1006,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{','.join(settings.implementations)}; {settings.objects} Tasks; "
         f"{os.cpu_count()} CPUs"
     )
+    if "webhook" in settings.scenarios:
+        if run_webhook_scenario(settings):
+            return 1
+        others = tuple(s for s in settings.scenarios if s != "webhook")
+        settings = replace(settings, scenarios=others)
+        if not settings.scenarios:
+            return 0
     try:
         results = report.median_of_runs(run(settings))
     except BinaryError as err:

@@ -40,7 +40,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,10 +238,22 @@ async def watch_latency(
     return result
 
 
+AtRung = Callable[[str, int, bool], Awaitable[list[StorageResult]]]
+"""Called after each rung of the ladder with (namespace, Tasks it holds, whether it is the
+last rung: the largest size, or where the backend stopped): rows to add."""
+
+
 async def ladder(
-    plane: Any, transport: Transport, settings: StorageSettings, say: Say
+    plane: Any,
+    transport: Transport,
+    settings: StorageSettings,
+    say: Say,
+    at_rung: AtRung | None = None,
 ) -> tuple[list[StorageResult], str, int]:
-    """The size ladder on a fresh namespace: (rows, namespace, Tasks it holds at the end)."""
+    """The size ladder on a fresh namespace: (rows, namespace, Tasks it holds at the end).
+
+    ``at_rung`` runs after each rung's measurements, before the next rung's creates (the
+    restart scenario uses it to start on exactly the rung of its size)."""
     backend = plane.storage
     namespace = f"bench-storage-{uuid.uuid4().hex[:6]}"
     await create_namespace(transport, namespace)
@@ -294,6 +306,9 @@ async def ladder(
                 f"[storage/{backend}] watch lag p50 {lag.get('p50_seconds', 0) * 1000:.0f} ms"
                 f" p99 {lag.get('p99_seconds', 0) * 1000:.0f} ms"
             )
+        if at_rung is not None:
+            last = error is not None or size == settings.sizes[-1]
+            results += await at_rung(namespace, have, last)
         if error is not None:
             break
     return results, namespace, have
@@ -392,19 +407,33 @@ async def restart_on(
 async def measure_backend(
     plane: Any, settings: StorageSettings, make_cluster: Callable[[Any], Any], say: Say
 ) -> list[StorageResult]:
-    """The ladder and watch latency, then the restart scenario, on one running plane."""
+    """The ladder and watch latency on one running plane, with the restart scenario on the
+    first rung that holds ``restart_objects`` Tasks (or the last rung reached)."""
     from kubeclient.config import load_kubeconfig  # noqa: PLC0415
 
     config = await load_kubeconfig(plane.kubeconfig)
     async with Transport(config, max_connections=128) as transport:
-        rows, namespace, have = await ladder(plane, transport, settings, say)
-        if settings.restart_objects and settings.implementations and have:
+        restarted = False
+
+        async def restart_at(namespace: str, have: int, last: bool) -> list[StorageResult]:
+            nonlocal restarted
+            if restarted or not (settings.restart_objects and settings.implementations):
+                return []
+            if not restarts_at(have, last=last, wanted=settings.restart_objects):
+                return []
+            restarted = True
             cluster = make_cluster(plane)
             cluster.backend = plane.storage
-            rows += await restart_on(
-                cluster, transport, namespace, have, settings=settings, say=say
-            )
+            return await restart_on(cluster, transport, namespace, have, settings=settings, say=say)
+
+        rows, _, _ = await ladder(plane, transport, settings, say, at_rung=restart_at)
     return rows
+
+
+def restarts_at(have: int, *, last: bool, wanted: int) -> bool:
+    """Whether the restart scenario runs on a rung that ended with ``have`` Tasks: the first
+    rung with at least ``wanted``, or the last one if the ladder never got that far."""
+    return have >= wanted or last
 
 
 def run_storage(

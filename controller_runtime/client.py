@@ -50,7 +50,7 @@ import msgspec
 
 from controller_runtime.cache import Cache, EvictedBodyError
 from controller_runtime.consistency import OwnWritesOverlay
-from controller_runtime.fencing import check_fence
+from controller_runtime.fencing import before_send, check_fence, current_fence
 from controller_runtime.objectkey import resolve_key
 from controller_runtime.reconcile import CURRENT_RECONCILE, Request
 from controller_runtime.resource import Resource, Schema, adopt, as_body, split_target
@@ -162,15 +162,27 @@ async def _request(
     content_type: str = "application/json",
     timeout: float | None = None,
 ) -> Response:
+    hook = None
     if method not in _READS:
-        # A write on behalf of a reconcile whose lease (leadership, a slot) is no longer
-        # provably held is never sent (controller_runtime.fencing).
-        context = CURRENT_RECONCILE.get()
-        if context is not None:
-            check_fence(context.fence)
+        # A write for work whose lease (leadership, a slot) is no longer provably held is
+        # never sent (controller_runtime.fencing): checked now and again right before each
+        # time the transport sends it (after a pool wait, a Retry-After sleep, a refresh).
+        fence = current_fence()
+        check_fence(fence)
+        hook = before_send(fence)
     try:
+        if hook is None:
+            return await transport.request(
+                method, path, params=params, body=body, content_type=content_type, timeout=timeout
+            )
         return await transport.request(
-            method, path, params=params, body=body, content_type=content_type, timeout=timeout
+            method,
+            path,
+            params=params,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+            before_send=hook,
         )
     except ApiError as err:
         # The transport reports its own request timeout as a bare transport error; callers

@@ -91,7 +91,6 @@ __all__ = [
     "ReconcileTimeoutError",
     "check_name",
     "check_reconciler",
-    "is_panic",
     "reconcile_logger",
 ]
 

@@ -28,9 +28,10 @@ How it decides:
 
 * **Pauses**: a leader whose process was paused past its deadline (a GC pause, SIGSTOP, a
   frozen container) may find timers of its controllers due before its renewal loop runs; so
-  the controllers check :meth:`LeaderElector.holds` before each reconcile and the client
-  before each write of a reconcile (:mod:`controller_runtime.fencing`): nothing is sent after
-  the deadline, and the renewal loop then steps down.
+  the controllers check :meth:`LeaderElector.holds` before each reconcile, and the transport
+  right before each send of a write of a reconcile, of a leader-only runnable, of an Event
+  they recorded, and of the renewal itself (:mod:`controller_runtime.fencing`): nothing is
+  sent after the deadline, and the renewal loop then steps down.
 
 Caveat (as client-go says): this is not fencing. A leader that is cut off may act for up to
 the renew deadline before it notices, and a request sent just before a pause may arrive after
@@ -51,9 +52,16 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from controller_runtime.fencing import FencedError, before_send
 from controller_runtime.metrics import TASK_FAILURES
 from kubeclient.errors import ApiError, ConflictError, NotFoundError
 from kubeclient.transport import Transport
+
+__all__ = [
+    "LeaderElectionConfig",
+    "LeaderElectionLostError",
+    "LeaderElector",
+]
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +230,9 @@ class LeaderElector:
                 timeout,
             )
             return False
+        except FencedError as err:
+            log.warning("leader election: renewal of %s not sent: %s", self._path, err)
+            return False
         except Exception as err:
             # Not an error answer (those are handled below): a bug or a failure of the stack
             # under us. Leadership is decided by the deadline, so the attempt just failed.
@@ -369,6 +380,11 @@ class LeaderElector:
             },
             "spec": spec,
         }
-        answer: dict[str, Any] = (await self.transport.request("PUT", self._path, body=body)).json()
+        # A renewal is sent only while the deadline lies ahead (checked right before each
+        # send): a leader resumed after a pause steps down instead of renewing late.
+        check = before_send(self) if self.is_leader else None
+        answer: dict[str, Any] = (
+            await self.transport.request("PUT", self._path, body=body, before_send=check)
+        ).json()
         self._lease_rv = answer["metadata"]["resourceVersion"]
         return answer

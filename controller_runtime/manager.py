@@ -80,6 +80,7 @@ from controller_runtime.cache import ByObject, Cache, CacheSyncTimeoutError, Kin
 from controller_runtime.client import Client
 from controller_runtime.consistency import ReadYourWritesGuard
 from controller_runtime.controller import Controller
+from controller_runtime.fencing import fenced_by
 from controller_runtime.leaderelection import (
     LeaderElectionConfig,
     LeaderElectionLostError,
@@ -94,6 +95,16 @@ from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
 from kubeclient.config import ClusterConfig
 from kubeclient.transport import Transport
+
+__all__ = [
+    "EVENT_LOOP_ENV",
+    "Manager",
+    "ManagerOptions",
+    "Runnable",
+    "install_event_loop",
+    "install_uvloop",
+    "run_until_signalled",
+]
 
 log = logging.getLogger(__name__)
 
@@ -451,8 +462,11 @@ class Manager:
         self.is_leader = True
         runnables = [r for r in self.runnables if r.need_leader_election]
         try:
-            for runnable in runnables:
-                await runnable.start()
+            # Leader-only runnables write (through the client) only while leadership
+            # provably holds: the tasks they start inherit this fence.
+            with fenced_by(self.elector):
+                for runnable in runnables:
+                    await runnable.start()
             # From here on add_controller starts what it is given itself.
             self._leading = True
             for controller in list(self.controllers):

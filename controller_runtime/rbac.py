@@ -60,6 +60,9 @@ __all__ = [
     "permissions",
     "permissions_of",
     "record",
+    "role",
+    "shard_ring_role",
+    "storage_migration_role",
 ]
 
 WATCH_VERBS = ("list", "watch")
@@ -70,24 +73,30 @@ Setup = Callable[[Manager], Awaitable[object]]
 F = TypeVar("F")
 
 _VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+_UNNAMED_VERBS = frozenset({"create", "list", "watch", "deletecollection"})
 
 
 @dataclass(frozen=True, order=True)
 class Rule:
-    """One policy rule: ``verbs`` on ``resources`` of API group ``group`` (``""``: core).
-    ``why`` becomes a comment above it."""
+    """One policy rule: ``verbs`` on ``resources`` of API group ``group`` (``""``: core),
+    limited to the objects named ``resource_names`` when given (never with ``create``, ``list``
+    or ``watch``: a request of those names no object). ``why`` becomes a comment above it."""
 
     group: str
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     why: str = field(default="", compare=False)
+    resource_names: tuple[str, ...] = ()
 
     def document(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "apiGroups": [self.group],
             "resources": list(self.resources),
             "verbs": list(self.verbs),
         }
+        if self.resource_names:
+            document["resourceNames"] = list(self.resource_names)
+        return document
 
 
 def _sorted_verbs(verbs: Iterable[str]) -> tuple[str, ...]:
@@ -97,11 +106,23 @@ def _sorted_verbs(verbs: Iterable[str]) -> tuple[str, ...]:
 
 
 def allow(
-    target: type[Resource] | str, *verbs: str, subresource: str | None = None, why: str = ""
+    target: type[Resource] | str,
+    *verbs: str,
+    subresource: str | None = None,
+    why: str = "",
+    resource_names: Sequence[str] = (),
 ) -> Rule:
-    """A rule granting ``verbs`` on one resource: a class, or ``plural[.group][/sub]``."""
+    """A rule granting ``verbs`` on one resource: a class, or ``plural[.group][/sub]``;
+    with ``resource_names``, on those objects only (``ValueError`` with a verb that names
+    no object: ``create``, ``list``, ``watch``, ``deletecollection``)."""
     if not verbs:
         raise ValueError("allow(...) needs at least one verb")
+    unnamed = sorted(set(verbs) & _UNNAMED_VERBS)
+    if resource_names and unnamed:
+        raise ValueError(
+            f"allow(...): {', '.join(unnamed)} cannot be limited to resource_names (the "
+            f"request names no object); give those verbs a rule of their own"
+        )
     if isinstance(target, str):
         resource, _, sub = target.partition("/")
         plural, _, group = resource.partition(".")
@@ -112,7 +133,7 @@ def allow(
         info = resource_info(target)
         plural, group = info.plural, info.group
     name = f"{plural}/{subresource}" if subresource else plural
-    return Rule(group, (name,), _sorted_verbs(verbs), why)
+    return Rule(group, (name,), _sorted_verbs(verbs), why, tuple(sorted(set(resource_names))))
 
 
 def permissions(*rules: Rule) -> Callable[[F], F]:
@@ -262,22 +283,26 @@ def _controller_permissions(controller: Controller) -> ControllerPermissions:
 # ---------------------------------------------------------------------------- rendering
 
 
+_MergeKey = tuple[str, tuple[str, ...], bool, tuple[str, ...]]
+"""A rule's group, verbs, whether it names subresources, and its resource names."""
+
+
 def _merged(rules: Iterable[Rule]) -> list[Rule]:
     """Rules with the same group and verbs merged (resources sorted), reasons joined, in the
     order they first appear; main resources and subresources kept apart (a rule names one
     or the other)."""
-    merged: dict[tuple[str, tuple[str, ...], bool], tuple[list[str], list[str]]] = {}
+    merged: dict[_MergeKey, tuple[list[str], list[str]]] = {}
     for rule in rules:
         for resource in rule.resources:
-            key = (rule.group, rule.verbs, "/" in resource)
+            key = (rule.group, rule.verbs, "/" in resource, rule.resource_names)
             resources, reasons = merged.setdefault(key, ([], []))
             if resource not in resources:
                 resources.append(resource)
             if rule.why and rule.why not in reasons:
                 reasons.append(rule.why)
     return [
-        Rule(group, tuple(sorted(resources)), verbs, "; ".join(reasons))
-        for (group, verbs, _), (resources, reasons) in merged.items()
+        Rule(group, tuple(sorted(resources)), verbs, "; ".join(reasons), names)
+        for (group, verbs, _, names), (resources, reasons) in merged.items()
     ]
 
 
@@ -289,6 +314,9 @@ def _rule_lines(rule: Rule) -> list[str]:
     lines = [f"  # {line}" for line in textwrap.wrap(rule.why, 94)] if rule.why else []
     lines.append(f"  - apiGroups: {_flow([rule.group])}")
     lines.append(f"    resources: {_flow(rule.resources)}")
+    if rule.resource_names:
+        lines.append("    resourceNames:")
+        lines += [f"      - {name}" for name in rule.resource_names]
     lines.append(f"    verbs: {_flow(rule.verbs)}")
     return lines
 
@@ -317,6 +345,73 @@ def leader_election_role(name: str, namespace: str, *, header: str = "") -> str:
         why="read the Lease, create it when missing, update it to acquire, renew, release",
     )
     return _role("Role", name, namespace, [], [Section("leader election", (rule,))], header, None)
+
+
+def role(name: str, namespace: str, sections: Sequence[Section], *, header: str = "") -> str:
+    """The Role ``name`` in ``namespace`` granting ``sections``, rendered as
+    :func:`cluster_role` renders its sections. Deterministic."""
+    return _role("Role", name, namespace, [], sections, header, None)
+
+
+def shard_ring_role(name: str, namespace: str, *, header: str = "") -> str:
+    """The Role a member of a shard ring (:mod:`controller_runtime.sharding`) needs in the
+    ring's namespace: ``create`` its own Lease, ``patch`` it (renewals, claimed slots;
+    conditional), ``list`` the ring's Leases by label to see the other members (and its own by
+    a field selector on the name, to read it again after a conflict), ``delete`` its own on
+    leaving or after a fence and other members' expired ones (conditioned on uid and
+    resourceVersion). Nothing is read with a ``get``."""
+    rule = allow(
+        "leases.coordination.k8s.io",
+        "list",
+        "create",
+        "patch",
+        "delete",
+        why="its own Lease created, renewed and deleted; the ring's Leases listed; expired "
+        "ones deleted",
+    )
+    return role(name, namespace, [Section("shard ring", (rule,))], header=header)
+
+
+def storage_migration_role(name: str, crds: Sequence[str], *, header: str = "") -> str:
+    """The ClusterRole :mod:`controller_runtime.storage_migration` needs for the CRDs named
+    ``crds`` (``<plural>.<group>``): ``get`` on those CRDs, ``patch`` on their status (to
+    narrow ``storedVersions``), ``list`` and ``update`` on their objects. Deterministic."""
+    if not crds:
+        raise ValueError("storage_migration_role: name at least one CRD")
+    by_group: dict[str, list[str]] = {}
+    for crd in crds:
+        plural, _, group = crd.partition(".")
+        if not plural or not group:
+            raise ValueError(f"{crd!r} is not a CRD name (<plural>.<group>)")
+        by_group.setdefault(group, []).append(plural)
+    names = tuple(crds)
+    rules: list[Rule] = [
+        Rule(
+            "apiextensions.k8s.io",
+            ("customresourcedefinitions",),
+            ("get",),
+            "the CRDs' versions and storedVersions",
+            tuple(sorted(names)),
+        ),
+        Rule(
+            "apiextensions.k8s.io",
+            ("customresourcedefinitions/status",),
+            ("patch",),
+            "storedVersions narrowed to the storage version once every object is rewritten",
+            tuple(sorted(names)),
+        ),
+    ]
+    rules += [
+        Rule(
+            group,
+            tuple(sorted(plurals)),
+            ("list", "update"),
+            "every object listed, then written back unchanged",
+        )
+        for group, plurals in sorted(by_group.items())
+    ]
+    section = Section("storage-version migration", tuple(rules))
+    return _role("ClusterRole", name, None, [], [section], header, None)
 
 
 def _role(  # noqa: PLR0917 (private; both callers name what they pass)

@@ -14,10 +14,23 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
-from controller_runtime.fencing import Fence
 from kubeclient.discovery import ResourceInfo
+
+if TYPE_CHECKING:  # fencing reads the current reconcile's fence from this module
+    from controller_runtime.fencing import Fence
+
+__all__ = [
+    "ConsistencyGuard",
+    "ReconcileContext",
+    "ReconcileFunc",
+    "Reconciler",
+    "Request",
+    "Result",
+    "TerminalError",
+    "current_reconcile",
+]
 
 
 class Request(NamedTuple):

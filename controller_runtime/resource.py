@@ -32,7 +32,9 @@ the parts (spec, status and anything nested), :class:`Resource` for a kind, with
 subresources. Field names are snake_case in Python and camelCase on the wire
 (``task_state`` ↔ ``taskState``; ``field(name="x-y")`` for anything else). Why msgspec and not
 dataclasses or pydantic: ``docs/typed-resources.md`` (measured: the fastest decode of the
-three, straight from the cache's bytes, and the smallest objects).
+three, straight from the cache's bytes, and smaller objects than dicts or pydantic models;
+slotted dataclasses are smaller still, but have no place for the fields a class does not
+declare, which a read-modify-write must keep).
 
 **Markers** describe what the CRD's schema says beyond the Python type, as kubebuilder's
 ``+kubebuilder:validation:...`` markers do: put them in ``Annotated[...]`` on a field, or in a

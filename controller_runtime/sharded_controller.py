@@ -33,7 +33,7 @@ from informers import metrics as informer_metrics
 from informers.shared import SharedInformer
 from informers.store import Store
 
-__all__ = ["ShardedController", "ShardedKindInformers"]
+__all__ = ["ShardedController"]
 
 
 class ShardedKindInformers(KindInformers):

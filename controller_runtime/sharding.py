@@ -9,8 +9,14 @@ owned slot gets its own informer, asking the API server for that range only
 **Membership.** Each replica holds one Lease of its own, ``<ring>-<hash of identity>``, in
 the ring's namespace, labelled ``crpy.io/shard-ring=<ring>``, renewed every retry period
 like leader election (same timings and validation: lease 15 s, renew deadline 10 s,
-retry 2 s). A member is live while its Lease has a holder and has changed (judged by its
-resourceVersion, on this process's clock) within its lease duration.
+retry 2 s). Every write of it is conditional on the resourceVersion this replica last knew
+(a merge patch carrying ``metadata.resourceVersion``; a create when it knows none): a write it
+gave up on can never overwrite a later one. A member is live while its Lease has a holder
+and has changed (judged by its resourceVersion, on this process's clock) within its lease
+duration; a Lease this replica has never seen change is judged, for the division only, by
+the age its ``renewTime`` shows on this process's wall clock, so a newcomer does not count a
+long-dead member. A Lease that expired is deleted by whichever member sees it so first,
+conditioned on its uid and resourceVersion (a Lease renewed meanwhile is never deleted).
 
 **Division: bounded-load rendezvous hashing over slots** (:func:`assign_slots`). Every
 (member, slot) pair gets a score (BLAKE2b of both); pairs are taken best score first, a slot
@@ -32,10 +38,12 @@ half of the space on every change.
   starts the slot only if still no other live member claims it (else it withdraws). Of two
   replicas racing for a slot, the later writer always sees the earlier claim; at worst both
   withdraw and retry a period later;
-* *cut off* from the API server: when no renewal has succeeded for ``renew_deadline``
-  (counted from when the last successful renewal was *sent*) while it works on or claims
-  slots, the replica cancels every in-flight reconcile, drops all its slots and claims and
-  abandons the step in progress, by itself. Its Lease expires for the others only
+* *cut off* from the API server (or paused): when no renewal has succeeded for
+  ``renew_deadline`` (counted from when the last successful renewal was *sent*) while it
+  works on or claims slots, the replica cancels every in-flight reconcile, drops all its
+  slots and claims and abandons the step in progress, by itself; then it deletes its Lease
+  (conditioned, as above) and is no member until its back-off ends: it writes nothing in
+  between. Its Lease, if the delete did not get through, expires for the others only
   ``lease_duration`` after they last saw it change (judged as of when they sent the listing
   that shows it unchanged), which is later, so they never start a slot it may still be
   working on.
@@ -46,13 +54,18 @@ model); this module performs the requests they ask for.
 Caveats (the same as leader election's): this is not fencing. A write sent just before a
 replica stopped may reach the server after another replica began; make writes conditional
 (resourceVersion) and effects idempotent. Clocks may be skewed but must run at about the same
-rate. Every replica of a ring must use the same ``slots`` and shard field.
+rate (a skewed wall clock only makes a newcomer misjudge, for a retry period, who shares the
+division). Every replica of a ring must use the same ``slots`` and shard field. A create of
+the own Lease given up on may still land after the Lease was deleted (on a clean leave): the
+Lease then claims what the create said until it expires and is deleted (no slot is worked
+on twice; those slots wait a lease duration).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import hashlib
 import logging
 import random
@@ -63,6 +76,7 @@ from typing import Any, Final, Protocol
 
 import aiohttp
 
+from controller_runtime.fencing import FencedError
 from controller_runtime.leaderelection import (
     JITTER,
     LeaderElectionConfig,
@@ -82,10 +96,11 @@ from controller_runtime.shard_protocol import (
     StartSlots,
     Steps,
     StopSlots,
+    Sweep,
     assign_slots,
 )
 from informers.sharding import HashRange, ShardField, ShardSelector, split_hash_space
-from kubeclient.errors import ApiError, NotFoundError
+from kubeclient.errors import ApiError, ConflictError, NotFoundError
 from kubeclient.transport import Transport
 
 __all__ = [
@@ -121,12 +136,14 @@ class ShardRingConfig:
     ``drain_timeout`` (10 s) bounds how long in-flight reconciles of a slot being handed
     over may run before they are cancelled. ``shard_field`` is what objects are hashed by.
     ``settle`` (default: two retry periods) is how long a replica that just joined waits,
-    its Lease already written, before it claims slots: replicas started together (a rollout,
-    a restart) then see each other first, instead of the first one listing every object and
-    handing most slots over again a moment later. After its renew deadline passed (fenced),
-    a replica waits ``settle`` x 2, x 4 ... (up to x 32 while fences come within a minute of
-    each other) before claiming again, so an overloaded replica does not take the same load
-    straight back.
+    its Lease already written, before it claims slots *while no other member claims any* (a
+    ring starting up): replicas started together (a rollout of a stopped ring, a restart)
+    then see each other first, instead of the first one listing every object and handing
+    most slots over again a moment later. A replica joining a ring that is up claims what is
+    handed over to it at once. After its renew deadline passed (fenced), a replica deletes its
+    Lease and waits ``settle`` x 2, x 4 ... (up to x 32 while fences come within a minute of
+    each other), a member of nothing and writing nothing, before it joins again, so an
+    overloaded replica does not take the same load straight back.
     """
 
     name: str
@@ -229,12 +246,14 @@ class ShardRing:
         config: ShardRingConfig,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
         self.transport = transport
         self.config = config
         self.lease = config.timings
         self._clock = clock
+        self._wall_clock = wall_clock
         self._rng = rng or random.Random()
         self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases"
         self._path = f"{self._collection}/{self.lease.name}"
@@ -250,9 +269,10 @@ class ShardRing:
         self._renew_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.handovers = 0
-        self._settled = False
+        self._backing_off = False
         self._fences_in_row = 0
         self._last_fence = -float("inf")
+        self._names: dict[str, str] = {}  # holder -> Lease name, as listed
         self._m = ring_metrics(config.name)
 
     @property
@@ -323,16 +343,7 @@ class ShardRing:
         """Stop every slot (draining up to ``drain_timeout``), record that nothing is claimed,
         and delete this replica's Lease so the others take over at their next step."""
         await self._perform_all(self.protocol.leave(drain_timeout))
-        try:
-            async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
-                await self.transport.request("DELETE", self._path)
-        except _EXPECTED as err:  # it expires by itself; the others then take over
-            log.warning(
-                "shard ring %s: deleting %s failed: %s",
-                self.config.name,
-                self.lease.name,
-                _describe(err),
-            )
+        await self._withdraw()
         self.protocol.members = []
         self._m.members.set(0)
         log.info("left shard ring %s as %s", self.config.name, self.config.identity)
@@ -387,19 +398,21 @@ class ShardRing:
         recent = now - self._last_fence < 60.0
         self._fences_in_row = min(self._fences_in_row + 1, 5) if recent else 1
         self._last_fence = now
-        self._settled = False
+        self._backing_off = True
 
     def _jittered_period(self) -> float:
         return self.config.retry_period * (1 + self._rng.random() * (JITTER - 1))
 
     async def _loop(self) -> None:
+        if self._backing_off:
+            await self._back_off(self.config.settle_seconds * 2**self._fences_in_row)
+            self._backing_off = False
+        self.protocol.joining(self._clock(), self.config.settle_seconds)
+        await self._renew()  # the Lease first: the others see this member before it claims
         # Renewals run beside the steps: a step may wait for a slot to drain or a cache to
         # sync for longer than the renew deadline.
         renewing = asyncio.create_task(self._renew_forever(), name="shard-ring-renew")
         try:
-            if not self._settled:
-                await asyncio.sleep(self.config.settle_seconds * 2**self._fences_in_row)
-                self._settled = True
             while True:
                 await self._step()
                 await asyncio.sleep(self._jittered_period())
@@ -408,10 +421,31 @@ class ShardRing:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
 
+    async def _back_off(self, seconds: float) -> None:
+        """After a fence: no member for ``seconds``. The Lease is deleted first (retried
+        every retry period until it is gone: renewals sent before the fence may still land
+        and renew it), so that the others take its slots at their next step instead of
+        handing slots to this replica that it would not claim before the back-off ends.
+        Nothing else is written meanwhile."""
+        until = self._clock() + seconds
+        log.info(
+            "shard ring %s: no member for %.1fs (fenced %d times in a row)",
+            self.config.name,
+            seconds,
+            self._fences_in_row,
+        )
+        withdrawn = False
+        while True:
+            withdrawn = withdrawn or await self._withdraw()
+            left = until - self._clock()
+            if left <= 0:
+                return
+            await asyncio.sleep(left if withdrawn else min(self.config.retry_period, left))
+
     async def _renew_forever(self) -> None:
         while True:
-            await self._renew()
             await asyncio.sleep(self.config.retry_period)
+            await self._renew()
 
     async def _step(self) -> None:
         await self._perform_all(self.protocol.step())
@@ -432,6 +466,9 @@ class ShardRing:
                 return await self._observe()
             case Publish():
                 return await self._renew()
+            case Sweep(leases):
+                await self._sweep(leases)
+                return None
             case StopSlots(slots, drain):
                 await self._stop_slots(set(slots), drain)
                 return None
@@ -505,6 +542,10 @@ class ShardRing:
             },
         }
 
+    @property
+    def _attempt_timeout(self) -> float:
+        return max(self.config.renew_deadline / 2, 1.0)
+
     async def _renew(self) -> bool:
         """Write this member's Lease with its current claims. True on success, and then the
         claims are published as of the moment the request was sent."""
@@ -522,19 +563,12 @@ class ShardRing:
                 )
                 return False
             claims = publishable
-            body = self._body(claims)
             try:
-                async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
-                    try:
-                        await self.transport.request(
-                            "PATCH",
-                            self._path,
-                            body=body,
-                            content_type="application/merge-patch+json",
-                        )
-                    except NotFoundError:
-                        body["spec"]["acquireTime"] = body["spec"]["renewTime"]
-                        await self.transport.request("POST", self._collection, body=body)
+                async with asyncio.timeout(self._attempt_timeout):
+                    version, uid = await self._write_lease(claims)
+            except FencedError as err:
+                log.warning("shard ring %s: %s", self.config.name, err)
+                return False
             except _EXPECTED as err:
                 log.warning(
                     "shard ring %s: renewing %s failed: %s",
@@ -547,14 +581,175 @@ class ShardRing:
                 TASK_FAILURES.labels("shard-ring").inc()
                 log.exception("shard ring %s: renewing %s failed", self.config.name, self._path)
                 return False
-            self.protocol.published_claims(claims, sent)
+            self.protocol.published_claims(claims, sent, version, uid)
             return True
+
+    def _may_send(self, claims: frozenset[int]) -> Callable[[], None]:
+        """The check right before each send of a Lease write carrying ``claims``: none is
+        sent past the renew deadline (a pause may fall between two attempts)."""
+
+        def check() -> None:
+            if claims and self._clock() >= self.protocol.fence_at():
+                raise FencedError(
+                    f"not sent: the claims of {self.lease.name} (slots {sorted(claims)}); the "
+                    "renew deadline passed, the slots are dropped first"
+                )
+
+        return check
+
+    async def _write_lease(self, claims: frozenset[int]) -> tuple[str, str]:
+        """Write the Lease conditioned on the resourceVersion last known (create it when none
+        is); on a conflict read it again, on "not found" create it, and try again (three
+        attempts). Returns the new resourceVersion and the uid."""
+        check = self._may_send(claims)
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            version = self.protocol.lease_version
+            body = self._body(claims)
+            self.protocol.sending(claims)  # from now on it may land, even if given up on
+            try:
+                if version is None:
+                    body["spec"]["acquireTime"] = body["spec"]["renewTime"]
+                    answer = await self.transport.request(
+                        "POST", self._collection, body=body, before_send=check
+                    )
+                else:
+                    body["metadata"]["resourceVersion"] = version
+                    answer = await self.transport.request(
+                        "PATCH",
+                        self._path,
+                        body=body,
+                        content_type="application/merge-patch+json",
+                        before_send=check,
+                    )
+            except NotFoundError:
+                self.protocol.lease_gone()
+                if attempt == attempts:
+                    raise
+                continue
+            except ConflictError:  # a stale version, or a create of a Lease that exists
+                self.protocol.lease_read(await self._read_own())
+                if attempt == attempts:
+                    raise
+                continue
+            meta = (answer.json() or {}).get("metadata") or {}
+            return str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _read_own(self) -> LeaseRecord | None:
+        """This member's Lease as the server has it now (a consistent list by name: the
+        ring's Role allows ``list``, not ``get``), or ``None``."""
+        answer = await self.transport.get_json(
+            self._collection, {"fieldSelector": f"metadata.name={self.lease.name}"}
+        )
+        for item in answer.get("items") or ():
+            return self._record(item)
+        return None
+
+    async def _withdraw(self) -> bool:
+        """Delete this member's Lease, conditioned on its uid and the resourceVersion this
+        member knows (on a conflict: read it again and try once more), so that a delete given
+        up on can never remove a Lease written after it. True when the Lease is gone.
+        Failures are logged: the Lease then expires and another member deletes it."""
+        try:
+            async with self._renew_lock, asyncio.timeout(self._attempt_timeout):
+                for _ in range(2):
+                    if self.protocol.lease_version is None:
+                        self.protocol.lease_read(await self._read_own())
+                        if self.protocol.lease_version is None:
+                            return True  # nothing to delete
+                    if await self._delete_own():
+                        return True
+        except _EXPECTED as err:  # it expires by itself; the others then take over
+            log.warning(
+                "shard ring %s: deleting %s failed: %s",
+                self.config.name,
+                self.lease.name,
+                _describe(err),
+            )
+        except Exception:
+            TASK_FAILURES.labels("shard-ring").inc()
+            log.exception("shard ring %s: deleting %s failed", self.config.name, self._path)
+        return False
+
+    async def _delete_own(self) -> bool:
+        """One conditioned delete; True when the Lease is gone."""
+        version = self.protocol.lease_version
+        assert version is not None
+        preconditions = {"resourceVersion": version}
+        if self.protocol.lease_uid:
+            preconditions["uid"] = self.protocol.lease_uid
+        self.protocol.sending(frozenset())
+        try:
+            await self.transport.request("DELETE", self._path, body=_delete_options(preconditions))
+        except NotFoundError:
+            pass
+        except ConflictError:
+            self.protocol.lease_read(await self._read_own())
+            return self.protocol.lease_version is None
+        self.protocol.lease_gone()
+        return True
+
+    async def _sweep(self, leases: tuple[LeaseRecord, ...]) -> None:
+        """Delete other members' Leases that expired, each conditioned on its uid and
+        resourceVersion as listed (a Lease renewed or re-created since stays)."""
+        for lease in leases:
+            name = self._lease_name(lease)
+            preconditions = {"resourceVersion": lease.resource_version}
+            if lease.uid:
+                preconditions["uid"] = lease.uid
+            try:
+                async with asyncio.timeout(self._attempt_timeout):
+                    await self.transport.request(
+                        "DELETE", f"{self._collection}/{name}", body=_delete_options(preconditions)
+                    )
+            except (NotFoundError, ConflictError):
+                continue  # gone already, or renewed meanwhile
+            except _EXPECTED as err:
+                log.warning(
+                    "shard ring %s: deleting the expired Lease of %s failed: %s",
+                    self.config.name,
+                    lease.holder,
+                    _describe(err),
+                )
+                continue
+            log.info(
+                "shard ring %s: deleted the expired Lease %s of %s (unchanged for %.0fs)",
+                self.config.name,
+                name,
+                lease.holder,
+                lease.duration,
+            )
+
+    def _lease_name(self, lease: LeaseRecord) -> str:
+        return (
+            self._names.get(lease.holder)
+            or ShardRingConfig(
+                self.config.name, self.config.namespace, identity=lease.holder
+            ).timings.name
+        )
+
+    def _record(self, lease: dict[str, Any]) -> LeaseRecord:
+        meta = lease.get("metadata") or {}
+        spec = lease.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        annotations = meta.get("annotations") or {}
+        if holder and meta.get("name"):
+            self._names[holder] = str(meta["name"])
+        return LeaseRecord(
+            holder,
+            str(meta.get("resourceVersion") or ""),
+            float(spec.get("leaseDurationSeconds") or self.config.lease_duration),
+            _parse_claims(annotations.get(CLAIMS_ANNOTATION)),
+            str(meta.get("uid") or ""),
+            _parse_micro_time(spec.get("renewTime")),
+        )
 
     async def _observe(self) -> Observation | None:
         """List the ring's Leases (a consistent read); None when that failed."""
         sent = self._clock()
         try:
-            async with asyncio.timeout(max(self.config.renew_deadline / 2, 1.0)):
+            async with asyncio.timeout(self._attempt_timeout):
                 answer = await self.transport.get_json(
                     self._collection, {"labelSelector": f"{RING_LABEL}={self.config.name}"}
                 )
@@ -568,35 +763,50 @@ class ShardRing:
             log.exception("shard ring %s: listing members failed", self.config.name)
             return None
         received = self._clock()
+        wall = self._wall_clock()
         leases = []
-        for lease in answer.get("items") or ():
-            meta = lease.get("metadata") or {}
-            spec = lease.get("spec") or {}
-            holder = str(spec.get("holderIdentity") or "")
-            annotations = meta.get("annotations") or {}
-            slots = annotations.get(SLOTS_ANNOTATION)
-            mismatch = slots and slots != str(self.config.slots)
-            if mismatch and holder and holder != self.config.identity:
+        for item in answer.get("items") or ():
+            record = self._record(item)
+            slots = ((item.get("metadata") or {}).get("annotations") or {}).get(SLOTS_ANNOTATION)
+            if (
+                slots
+                and slots != str(self.config.slots)
+                and record.holder
+                not in (
+                    "",
+                    self.config.identity,
+                )
+            ):
                 log.error(
                     "shard ring %s: member %s divides into %s slots, this replica into %d; "
                     "every replica of a ring must use the same number of slots",
                     self.config.name,
-                    holder,
+                    record.holder,
                     slots,
                     self.config.slots,
                 )
-            leases.append(
-                LeaseRecord(
-                    holder,
-                    str(meta.get("resourceVersion") or ""),
-                    float(spec.get("leaseDurationSeconds") or self.config.lease_duration),
-                    _parse_claims(annotations.get(CLAIMS_ANNOTATION)),
-                )
-            )
-        observation = Observation(tuple(leases), sent, received)
+            leases.append(record)
+        observation = Observation(tuple(leases), sent, received, wall)
         before = list(self.protocol.members)
         self.protocol.see(observation)
         if self.protocol.members != before:
             log.info("shard ring %s: members %s", self.config.name, self.protocol.members)
         self._m.members.set(len(self.protocol.members))
         return observation
+
+
+def _delete_options(preconditions: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+
+
+def _parse_micro_time(text: object) -> float | None:
+    """A Lease's ``renewTime`` (RFC 3339, microseconds) as POSIX seconds, or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()

@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m controllers.migrate",
         description="Rewrite the PostgreSQL API's objects stored in an older version.",
+        allow_abbrev=False,
     )
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")

@@ -70,6 +70,19 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """``(key, resourceVersion, uid)`` of an object the store takes: the one check of
+    :meth:`Store.prepare` and :meth:`Store.apply`. Raises ``ValueError`` for an object without
+    ``metadata.name``, or a resourceVersion or UID that is not a string."""
+    key = object_key(obj)
+    meta = obj["metadata"]
+    rv = meta.get("resourceVersion") or ""
+    uid = meta.get("uid") or None
+    if type(rv) is not str or (uid is not None and type(uid) is not str):
+        raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
+    return key, rv, uid
+
+
 def _describe(obj: Mapping[str, Any]) -> str:
     return f"kind={obj.get('kind')!r} metadata={obj.get('metadata')!r}"[:200]
 
@@ -143,11 +156,12 @@ class StoreDelta:
     that need only the key (enqueueing it) never pay for decoding. ``old`` is the previously
     cached state (``None`` for ``ADDED``), decoded from the cached bytes on first access only.
 
-    One exception, from :meth:`Store.apply_prepared` only: an ``ADDED`` delta with ``old`` set
-    means the key was taken over by another object (its UID changed: deleted and re-created
-    with the same name while we did not see it). :func:`split_uid_change` turns it into the
-    ``DELETED`` of the old object and the ``ADDED`` of the new one, which is what the reflector
-    hands to handlers; :meth:`Store.replace_prepared` returns the two deltas itself.
+    One exception, from :meth:`Store.apply` and :meth:`Store.apply_prepared` (one write path):
+    an ``ADDED`` delta with ``old`` set means the key was taken over by another object (its UID
+    changed: deleted and re-created with the same name while we did not see it).
+    :func:`split_uid_change` turns it into the ``DELETED`` of the old object and the ``ADDED``
+    of the new one, which is what the reflector hands to handlers;
+    :meth:`Store.replace_prepared` returns the two deltas itself.
     """
 
     __slots__ = ("_obj", "_old", "_old_raw", "_raw", "key", "type")
@@ -652,12 +666,7 @@ class Store:
     def prepare(self, obj: dict[str, Any]) -> Prepared:
         """Validate, index and encode ``obj`` for a later :meth:`apply_prepared` or
         :meth:`replace_prepared`. Raises ``ValueError`` for an object without a name."""
-        key = object_key(obj)
-        meta = obj["metadata"]
-        rv = meta.get("resourceVersion") or ""
-        uid = meta.get("uid") or None
-        if type(rv) is not str or (uid is not None and type(uid) is not str):
-            raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
+        key, rv, uid = _identity(obj)
         return Prepared(key, self._make_entry(obj, rv), obj, uid)
 
     def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
@@ -675,16 +684,7 @@ class Store:
         A stale or repeated ``ADDED``/``MODIFIED`` is neither encoded nor indexed.
         """
         # Everything that can raise runs before the first change (in _apply, the encoding).
-        meta: Any = obj.get("metadata")
-        name = meta.get("name") if meta else None
-        if not name or type(name) is not str:
-            raise ValueError(f"object has no metadata.name: {_describe(obj)}")
-        namespace = meta.get("namespace")
-        key = f"{namespace}/{name}" if namespace else name
-        rv = meta.get("resourceVersion") or ""
-        uid = meta.get("uid") or None
-        if type(rv) is not str or (uid is not None and type(uid) is not str):
-            raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
+        key, rv, uid = _identity(obj)
         return self._apply(event_type, key, rv, uid, obj, None)
 
     def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:

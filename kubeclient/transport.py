@@ -21,12 +21,22 @@ so callers handle one kind of failure.
 Each wait is the server's ``Retry-After`` stretched by a random factor in [1, 2): never
 shorter than asked, and clients pushed back together do not all come back in the same
 millisecond (a real in-flight limit of 1 turned 40 synchronised retries into 40 new 429s).
+
+A request may take ``before_send``, a check called right before *each* time the request is
+sent: after the wait for a connection of the pool and the connection's set-up, after a
+``Retry-After`` sleep, after a credential refresh, and when aiohttp sends again on a fresh
+connection because a kept-alive one was closed under it. An exception it raises stops the
+request there (nothing of that attempt is sent; earlier attempts were answered 429 or 401,
+or never reached the server) and propagates unchanged, without retries. Fences use it
+(:mod:`controller_runtime.fencing`): a process paused between two attempts sends no second
+one once its lease is no longer provably held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 import time
@@ -54,8 +64,43 @@ transport error). A watch is reported as the ``GET`` it is (its parameters carry
 so that a hook can tell what the API server authorised (e.g. RBAC verbs in tests)."""
 
 
+BeforeSend = Callable[[], None]
+"""A check called right before each time a request is sent; it raises to stop the request."""
+
 # RuntimeError subclasses that never mean a connection failed.
 _NOT_CONNECTION_FAILURES = (RecursionError, NotImplementedError)
+
+_BEFORE_SEND: contextvars.ContextVar[BeforeSend | None] = contextvars.ContextVar(
+    "kubeclient_before_send", default=None
+)
+
+
+class _RefusedError(Exception):
+    """``before_send`` raised ``refusal`` once a connection was ready (carried through
+    aiohttp, which would otherwise wrap an ``OSError``)."""
+
+    def __init__(self, refusal: BaseException) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
+
+
+class _CheckedConnector(aiohttp.TCPConnector):
+    """The request pool's connector: once a connection is ready for a request (after any
+    wait for a free slot and the connection's set-up), and with nothing awaited between this
+    and the request being written, it calls the request's ``before_send``."""
+
+    async def connect(
+        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        check = _BEFORE_SEND.get()
+        if check is not None:
+            try:
+                check()
+            except BaseException as refusal:
+                connection.release()  # nothing was written on it: back to the pool
+                raise _RefusedError(refusal) from refusal
+        return connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +155,7 @@ class Transport:
         # Created lazily: a ClientSession binds to the running event loop.
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
+                connector=_CheckedConnector(
                     ssl=self.config.ssl_context, limit=self._max_connections
                 ),
                 timeout=self._request_timeout,
@@ -158,18 +203,52 @@ class Transport:
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
         max_retries: int | None = None,
+        before_send: BeforeSend | None = None,
     ) -> Response:
         """Send a request; return the answer or raise the typed :class:`ApiError`.
 
         ``body`` may be bytes (sent as is) or anything orjson encodes. ``max_retries``
         overrides the transport's for this request (0: the caller retries itself).
+        ``before_send`` is called right before each time the request is sent (see the
+        module docs); what it raises propagates unchanged.
         """
+        token = _BEFORE_SEND.set(before_send)  # read by the pool's connector
+        try:
+            return await self._request(
+                method,
+                path,
+                params=params,
+                body=body,
+                content_type=content_type,
+                timeout=timeout,
+                headers=headers,
+                max_retries=max_retries,
+                before_send=before_send,
+            )
+        finally:
+            _BEFORE_SEND.reset(token)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+        headers: Mapping[str, str] | None,
+        max_retries: int | None,
+        before_send: BeforeSend | None,
+    ) -> Response:
         retries = self.max_retries if max_retries is None else max_retries
         session, _ = self._sessions()
         data = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
         refreshed = False
         attempt = 0
         while True:
+            if before_send is not None:
+                before_send()  # before asking for credentials and a connection at all
             request_headers = {**(await self.config.credentials.headers()), **(headers or {})}
             if data is not None:
                 request_headers["Content-Type"] = content_type
@@ -192,6 +271,8 @@ class Transport:
                     payload = await answer.read()
                     status = answer.status
                     answer_headers = answer.headers
+            except _RefusedError as refused:
+                raise refused.refusal from None
             except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
                 if isinstance(err, RuntimeError) and (
                     session.closed or isinstance(err, _NOT_CONNECTION_FAILURES)

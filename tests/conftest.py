@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
+from controller_runtime.envtest.audit import WRITES_POLICY
 from controller_runtime.envtest.storage import ETCD, default_storage
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
@@ -100,12 +101,40 @@ def control_plane() -> Iterator[ControlPlane]:
 @pytest.fixture(scope="session")
 def gates_off_plane() -> Iterator[ControlPlane]:
     """A second local control plane with ``ShardedListAndWatch`` off: the server ignores
-    ``shardSelector``, so sharded informers must filter on the client. Started only when a
-    test asks."""
+    ``shardSelector``, so sharded informers must filter on the client. Its audit log records
+    every write (``WRITES_POLICY``). Started only when a test asks."""
     if use_existing_cluster():
         pytest.skip("needs a local control plane with its own feature gates")
-    with ControlPlane(feature_gates={"ShardedListAndWatch": False}) as plane:
+    with ControlPlane(
+        feature_gates={"ShardedListAndWatch": False}, audit_policy=WRITES_POLICY
+    ) as plane:
         yield plane
+
+
+@pytest.fixture(scope="session")
+def audited_plane() -> Iterator[ControlPlane]:
+    """A local control plane like ``control_plane`` (the same feature gates) whose API server
+    writes every write to its audit log (``plane.audit_log``, ``WRITES_POLICY``): who sent
+    what, and when the server received it. Started only when a test asks."""
+    if use_existing_cluster():
+        pytest.skip("needs a local control plane with an audit log")
+    with ControlPlane(feature_gates=TEST_FEATURE_GATES, audit_policy=WRITES_POLICY) as plane:
+        yield plane
+
+
+@pytest.fixture
+async def audited_admin(audited_plane: ControlPlane) -> AsyncIterator[Transport]:
+    """A transport to ``audited_plane`` as its admin."""
+    async with Transport(await load_kubeconfig(audited_plane.kubeconfig)) as transport:
+        yield transport
+
+
+@pytest.fixture
+async def audited_namespace(audited_admin: Transport) -> str:
+    """A fresh namespace on ``audited_plane`` (left behind: the plane is the session's)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await audited_admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+    return name
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Building the Go peer (``bench/peers/go``) once, into the cache directory.
 
-Two programs share the module: the controller-runtime Task controller (``main.go``,
-``task-peer``) and the client-go core peer (``core/``, ``core-peer``; see :mod:`bench.core`).
+Three programs share the module: the controller-runtime Task controller (``main.go``,
+``task-peer``), the client-go core peer (``core/``, ``core-peer``; see :mod:`bench.core`) and
+controller-runtime's webhook server (``webhook/``, ``webhook-peer``; see :mod:`bench.webhook`).
 Both land in ``<cache_root>/bench/go-peer-<hash>/``, where the hash covers ``go.mod``,
 ``go.sum`` and every ``.go`` file: an edit of any of them builds anew, an unchanged tree reuses
 the binaries. As for the control-plane binaries (:mod:`controller_runtime.envtest.binaries`)
@@ -28,7 +29,7 @@ from controller_runtime.envtest.binaries import (
 )
 
 SOURCE = Path(__file__).with_name("go")
-PROGRAMS = {"task-peer": ".", "core-peer": "./core"}
+PROGRAMS = {"task-peer": ".", "core-peer": "./core", "webhook-peer": "./webhook"}
 """Each binary and the package it is built from."""
 
 
@@ -62,6 +63,12 @@ def core_peer_binary(*, build: bool = True, progress: Progress = _stderr) -> Pat
     """The client-go core peer's executable, built first when missing. Raises
     :class:`BinaryError`."""
     return _binary("core-peer", build=build, progress=progress)
+
+
+def webhook_peer_binary(*, build: bool = True, progress: Progress = _stderr) -> Path:
+    """controller-runtime's webhook server validating Tasks (see :mod:`bench.webhook`), built
+    first when missing. Raises :class:`BinaryError`."""
+    return _binary("webhook-peer", build=build, progress=progress)
 
 
 def _binary(name: str, *, build: bool, progress: Progress) -> Path:

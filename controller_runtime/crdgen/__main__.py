@@ -14,6 +14,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m controller_runtime.crdgen",
         description="Write the CRDs of the typed resource classes in MODULE(s) as YAML.",
+        allow_abbrev=False,
     )
     parser.add_argument("modules", nargs="+", metavar="MODULE", help="e.g. my_operator.api")
     parser.add_argument(

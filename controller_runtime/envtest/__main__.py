@@ -61,10 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m controller_runtime.envtest",
         description="A local Kubernetes control plane (etcd + kube-apiserver) on loopback.",
+        allow_abbrev=False,
     )
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser(
-        "build", help="build (once) and cache etcd, kube-apiserver and kubectl"
+        "build", help="build (once) and cache etcd, kube-apiserver and kubectl", allow_abbrev=False
     )
     build.add_argument(
         "--node", action="store_true", help="also the node's binaries and its pause image"
@@ -72,7 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--kine", action="store_true", help="also kine, for the kine-sqlite/kine-postgres storage"
     )
-    run = commands.add_parser("run", help="start it and keep it running until interrupted")
+    run = commands.add_parser(
+        "run", help="start it and keep it running until interrupted", allow_abbrev=False
+    )
     run.add_argument(
         "--crds",
         type=Path,

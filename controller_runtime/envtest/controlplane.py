@@ -177,6 +177,13 @@ class ControlPlane:
     (an explicit ``--feature-gates`` in ``extra_apiserver_args`` wins); they are ignored for
     an existing cluster, whose gates are what they are.
 
+    ``audit_policy`` (the YAML of an ``audit.k8s.io/v1`` Policy, e.g.
+    :data:`~controller_runtime.envtest.audit.WRITES_POLICY`; default none) turns on the API
+    server's audit log: every request the policy selects is written to :attr:`audit_log`
+    (JSON lines, never rotated; read it with
+    :func:`~controller_runtime.envtest.audit.audit_events`). Ignored for an existing
+    cluster, whose audit log is not this process's to read: :attr:`audit_log` stays ``None``.
+
     ``storage`` is ``"etcd"`` (default, unless ``$CRPY_ENVTEST_STORAGE`` names another),
     ``"kine-sqlite"`` or ``"kine-postgres"``; ``storage_overrides``
     (``{"/events": "kine-postgres"}``) send chosen built-in resources to another backend
@@ -192,6 +199,7 @@ class ControlPlane:
     crd_directory: Path | None = DEFAULT_CRD_DIRECTORY
     extra_apiserver_args: Mapping[str, str] = field(default_factory=dict)
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    audit_policy: str | None = None
     start_timeout: float = 60.0
     existing_cluster: bool = field(default_factory=use_existing_cluster)
     binaries: Binaries | None = None
@@ -208,6 +216,8 @@ class ControlPlane:
     workdir: Path = field(init=False)
     kubeconfig: Path = field(init=False)
     server: str = field(init=False, default="")
+    audit_log: Path | None = field(init=False, default=None)
+    """The API server's audit log (with ``audit_policy`` on a local control plane)."""
     etcd_url: str = field(init=False, default="")
     """The client URL of the main storage (etcd's, or kine's etcd API)."""
     storage_processes: dict[str, StorageProcess] = field(init=False, default_factory=dict)
@@ -337,6 +347,16 @@ class ControlPlane:
         override_args = (
             {"--etcd-servers-overrides": servers_overrides_flag(overrides)} if overrides else {}
         )
+        audit_args: dict[str, str] = {}
+        if self.audit_policy is not None:
+            policy = self.workdir / "audit-policy.yaml"
+            policy.write_text(self.audit_policy)
+            self.audit_log = self.workdir / "audit.log"
+            audit_args = {
+                "--audit-policy-file": str(policy),
+                "--audit-log-path": str(self.audit_log),
+                "--audit-log-maxsize": "0",
+            }
         args = {
             "--etcd-servers": self.etcd_url,
             **override_args,
@@ -359,6 +379,7 @@ class ControlPlane:
             "--profiling": "false",
             "--v": "1",
             **(self._node_args(pki) if self.node_address else {}),
+            **audit_args,
             **feature_gate_args(self.feature_gates),
             **self.extra_apiserver_args,
         }

@@ -10,8 +10,9 @@
 ``kine-postgres``
     kine on a database of its own (``kine_<random>``, created by kine, dropped at stop) in a
     PostgreSQL server: the one given to the control plane, or else a throwaway local server
-    it starts and stops itself (:class:`controllers.postgres.localserver.LocalPostgres`, the
-    server of the PostgreSQL tests: ``fsync=off``).
+    it starts and stops itself (:class:`controller_runtime.envtest.postgres.LocalPostgres`,
+    ``fsync=off``; needs the ``postgresql`` package's binaries). The database is dropped, and
+    its size read, with ``psql`` (the ``postgresql-client`` package).
 
 None of the three is durable, on purpose: they are for tests and benchmarks, and durability
 off for each makes their numbers comparable.
@@ -66,6 +67,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from controller_runtime.envtest.postgres import LocalPostgres, PostgresNotFoundError, psql
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +145,7 @@ def servers_overrides_flag(urls: Mapping[str, str]) -> str:
 
 class PostgresServer(Protocol):
     """Where ``kine-postgres`` keeps its databases: a superuser's address and password
-    (:class:`~controllers.postgres.localserver.LocalPostgres` is one)."""
+    (:class:`~controller_runtime.envtest.postgres.LocalPostgres` is one)."""
 
     host: str
     port: int
@@ -299,44 +302,26 @@ class StorageProcess:
                 log.warning("could not drop kine's database %s: %s", self.database, err)
             self.database = ""
 
-    def _drop_database(self) -> None:
-        import psycopg  # noqa: PLC0415 - only kine-postgres needs it
-        from psycopg import sql  # noqa: PLC0415
-
+    def _sql(self, statement: str) -> str:
         assert self.postgres is not None
-        with psycopg.connect(
+        return psql(
             host=self.postgres.host,
             port=self.postgres.port,
             user=self.postgres.user,
             password=self.postgres.password,
-            dbname="postgres",
-            autocommit=True,
-            connect_timeout=10,
-        ) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(self.database)
-                )
-            )
+            sql=statement,
+        )
+
+    def _drop_database(self) -> None:
+        self._sql(f"DROP DATABASE IF EXISTS {_identifier(self.database)} WITH (FORCE)")
 
     def disk_bytes(self) -> int:
         """Bytes the stored data takes on disk: the data directory (etcd, SQLite with its
         WAL), or ``pg_database_size`` of kine's database."""
         if self.backend != KINE_POSTGRES:
             return directory_bytes(self.data_dir)
-        import psycopg  # noqa: PLC0415
-
-        assert self.postgres is not None
-        with psycopg.connect(
-            host=self.postgres.host,
-            port=self.postgres.port,
-            user=self.postgres.user,
-            password=self.postgres.password,
-            dbname="postgres",
-            connect_timeout=10,
-        ) as conn:
-            row = conn.execute("SELECT pg_database_size(%s)", (self.database,)).fetchone()
-        return int(row[0]) if row else 0
+        answer = self._sql(f"SELECT pg_database_size({_literal(self.database)})").strip()
+        return int(answer) if answer else 0
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -355,18 +340,20 @@ class OwnedPostgres(PostgresServer, Protocol):
     def stop(self) -> None: ...
 
 
+def _identifier(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    """``text`` as a quoted SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def start_local_postgres() -> OwnedPostgres:
-    """A throwaway PostgreSQL server on loopback for ``kine-postgres``.
-
-    It is the PostgreSQL operator's test server (``scripts/ensure-postgres.sh`` installs its
-    binaries), imported only when needed: the envtest borrows it rather than keep a second
-    copy of the same start-up code.
-    """
-    from controllers.postgres.localserver import (  # noqa: PLC0415
-        LocalPostgres,
-        PostgresNotFoundError,
-    )
-
+    """A throwaway PostgreSQL server on loopback for ``kine-postgres``
+    (:class:`~controller_runtime.envtest.postgres.LocalPostgres`); ``StorageError`` saying
+    what to install when PostgreSQL's binaries are missing."""
     server = LocalPostgres(max_connections=KINE_POSTGRES_CONNECTIONS)
     try:
         server.start()

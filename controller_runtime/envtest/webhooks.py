@@ -114,7 +114,11 @@ def _free_port(host: str) -> int:
 @dataclass
 class WebhookInstallOptions:
     """What to install; see the module docstring. ``paths`` are YAML files (or directories
-    of them) holding webhook configurations, added to ``mutating`` and ``validating``.
+    of them, ``*.yaml``): the webhook configurations among their documents are added to
+    ``mutating`` and ``validating``, and every ``CustomResourceDefinition`` document whose
+    ``spec.conversion.strategy`` is ``Webhook`` (a CRD, or a kustomize patch of one) adds its
+    name to ``conversion_crds``; other documents are ignored, so a kustomize directory such
+    as a project's ``config/webhook`` can be given whole. Defaults: nothing to install.
 
     ``local_serving_host`` (``127.0.0.1``) and ``local_serving_port`` (0: a free port picked
     at install) are where the API server is told to call; ``max_time`` (10 s) and
@@ -130,10 +134,19 @@ class WebhookInstallOptions:
     max_time: float = 10.0
     poll_interval: float = 0.1
 
+    @property
+    def empty(self) -> bool:
+        """Whether there is nothing to install (no configuration, no CRD to convert), the
+        documents under ``paths`` included."""
+        configurations, crds = self._load_paths()
+        return not any((self.mutating, self.validating, self.conversion_crds, configurations, crds))
+
     def install(self, plane: ControlPlane) -> WebhookInstallation:
         """Generate the CA and serving pair, point the configurations and the CRDs'
         conversion at the local server, apply them, and wait until they are served."""
-        documents = [*self.mutating, *self.validating, *self._load_paths()]
+        configurations, found_crds = self._load_paths()
+        documents = [*self.mutating, *self.validating, *configurations]
+        conversion_crds = list(dict.fromkeys([*self.conversion_crds, *found_crds]))
         host = self.local_serving_host
         port = self.local_serving_port or _free_port(host)
         ca = CertificateAuthority("controller-runtime-py-envtest-webhook-ca")
@@ -150,14 +163,14 @@ class WebhookInstallOptions:
             cert_dir=cert_dir,
             ca_pem=ca.cert_pem,
             configurations=installed,
-            conversion_crds=list(self.conversion_crds),
+            conversion_crds=conversion_crds,
         )
         try:
             if installed:
                 manifest = cert_dir / "webhook-configurations.yaml"
                 manifest.write_text(yaml.safe_dump_all(installed))
                 plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
-            for crd in self.conversion_crds:
+            for crd in conversion_crds:
                 conversion = {
                     "strategy": "Webhook",
                     "webhook": {
@@ -173,18 +186,24 @@ class WebhookInstallOptions:
             raise
         return installation
 
-    def _load_paths(self) -> list[dict[str, Any]]:
+    def _load_paths(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """The webhook configurations and the names of the CRDs converting through a webhook
+        in the documents under ``paths``."""
         files: list[Path] = []
         for path in self.paths:
             files += sorted(path.glob("*.yaml")) if path.is_dir() else [path]
-        documents: list[dict[str, Any]] = []
+        configurations: list[dict[str, Any]] = []
+        crds: list[str] = []
         for file in files:
             for document in yaml.safe_load_all(file.read_text()):
-                if isinstance(document, dict) and str(document.get("kind", "")).endswith(
-                    "WebhookConfiguration"
-                ):
-                    documents.append(document)
-        return documents
+                if not isinstance(document, dict):
+                    continue  # a JSON patch (a list), an empty document
+                kind = str(document.get("kind", ""))
+                if kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                    configurations.append(document)
+                elif kind == "CustomResourceDefinition" and _converts_by_webhook(document):
+                    crds.append(str(document["metadata"]["name"]))
+        return configurations, crds
 
     def _wait_served(self, plane: ControlPlane, installation: WebhookInstallation) -> None:
         deadline = time.monotonic() + self.max_time
@@ -196,6 +215,12 @@ class WebhookInstallOptions:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{resource}/{name} is not served after {self.max_time}s")
                 time.sleep(self.poll_interval)
+
+
+def _converts_by_webhook(crd: Mapping[str, Any]) -> bool:
+    spec = crd.get("spec")
+    conversion = spec.get("conversion") if isinstance(spec, dict) else None
+    return isinstance(conversion, dict) and conversion.get("strategy") == "Webhook"
 
 
 def _resource_of(kind: str) -> str:

@@ -21,12 +21,20 @@ What controller-runtime users get from envtest and Gomega, as fixtures and helpe
                             of its own (reads of a kind start with
                             ``client.cache.watch(...)``, or use ``client.live``)
 ``manager``                 a :class:`~controller_runtime.Manager` limited to ``namespace``,
-                            with the ``controllers`` set up and running (caches synced);
-                            stopped gracefully after the test, and the test fails if it
+                            with the ``controllers`` set up and running (caches synced), and
+                            serving the webhooks of ``webhook_installation`` when there are
+                            any; stopped gracefully after the test, and the test fails if it
                             ended with an error
-``controllers``             what ``manager`` sets up: a list of ``async def setup(manager)``
-                            functions; by default those named by ``controller_runtime_setup``
-                            (``module:function``). Override it in a ``conftest.py``
+``controllers``             what ``manager`` sets up: a list of ``setup(manager)`` functions
+                            (``async`` or not); by default those named by
+                            ``controller_runtime_setup`` (``module:function``). Override it
+                            in a ``conftest.py``
+``webhook_installation``    (session) the webhook configurations and CRD conversions of
+                            ``controller_runtime_webhook_paths``, installed pointing at a
+                            local webhook server (:class:`~controller_runtime.envtest.
+                            WebhookInstallOptions`); ``None`` when there are none. While
+                            they are installed, a request they cover needs a ``manager`` to
+                            answer it (their ``failurePolicy`` decides otherwise)
 ``manager_options``         the :class:`~controller_runtime.ManagerOptions` ``manager`` starts
                             from (default ``ManagerOptions()``; namespaces, metrics and
                             probes are then set for the test)
@@ -37,7 +45,9 @@ and :func:`eventually` (Gomega's ``Eventually``: retry an assertion until it hol
 
 ini options (``[tool.pytest.ini_options]``): ``controller_runtime_crd_dirs`` (directories of
 CRD YAML), ``controller_runtime_resources`` (modules with ``@crd`` classes: their CRDs are
-generated and installed), ``controller_runtime_setup`` (``module:function`` per line).
+generated and installed), ``controller_runtime_setup`` (``module:function`` per line),
+``controller_runtime_webhook_paths`` (YAML files or directories of webhook configurations and
+CRD conversion patches, a project's ``config/webhook``; missing ones are skipped).
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ import pytest_asyncio
 from controller_runtime.cache import Cache, InformerFactory
 from controller_runtime.client import Client, Transport
 from controller_runtime.config import ClusterConfig, load_kubeconfig
-from controller_runtime.envtest import ControlPlane
+from controller_runtime.envtest import ControlPlane, WebhookInstallation, WebhookInstallOptions
 from controller_runtime.errors import NotFoundError
 from controller_runtime.manager import Manager, ManagerOptions
 from controller_runtime.resource import Resource, split_target
@@ -71,8 +81,9 @@ __all__ = [
     "wait_for",
 ]
 
-Setup = Callable[[Manager], Awaitable[object]]
-"""A function that adds controllers to a manager (what ``controllers`` lists)."""
+Setup = Callable[[Manager], Awaitable[object] | object]
+"""A function that adds controllers (or webhooks) to a manager, ``async`` or not (what
+``controllers`` lists)."""
 R = TypeVar("R", bound=Resource)
 T = TypeVar("T")
 
@@ -211,6 +222,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
     )
+    parser.addini(
+        "controller_runtime_webhook_paths",
+        "webhook configurations and CRD conversion patches installed for a local webhook server",
+        type="paths",
+        default=[],
+    )
 
 
 def _generated_crds(modules: Sequence[str], directory: Path) -> list[Path]:
@@ -235,6 +252,25 @@ def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
         if files:
             plane.install_crds(files)
         yield plane
+
+
+@pytest.fixture(scope="session")
+def webhook_installation(
+    pytestconfig: pytest.Config, control_plane: ControlPlane
+) -> Iterator[WebhookInstallation | None]:
+    """The webhooks of ``controller_runtime_webhook_paths``, installed once for the session
+    and pointed at a server on loopback (the ``manager`` fixture runs it); ``None`` when
+    there is nothing to install. Uninstalled at the end of the session."""
+    paths = [Path(p) for p in pytestconfig.getini("controller_runtime_webhook_paths")]
+    options = WebhookInstallOptions(paths=[p for p in paths if p.exists()])
+    if options.empty:
+        yield None
+        return
+    installation = options.install(control_plane)
+    try:
+        yield installation
+    finally:
+        installation.uninstall(control_plane)
 
 
 @pytest_asyncio.fixture
@@ -295,19 +331,28 @@ async def manager(
     namespace: str,
     controllers: list[Setup],
     manager_options: ManagerOptions,
+    webhook_installation: WebhookInstallation | None,
 ) -> AsyncIterator[Manager]:
     """A running manager limited to ``namespace``, with ``controllers`` set up, once its
-    caches synced; no metrics or probe endpoints. Stopped gracefully after the test, whose
-    result then includes how the manager ended."""
+    caches synced; no metrics or probe endpoints; its webhook server is the one
+    ``webhook_installation`` points the API server at, when there is one (unless
+    ``manager_options`` names another). Stopped gracefully after the test, whose result then
+    includes how the manager ended."""
+    webhook_server = manager_options.webhook_server
+    if webhook_server is None and webhook_installation is not None:
+        webhook_server = webhook_installation.server()
     options = dataclasses.replace(
         manager_options,
         namespaces=[namespace],
         metrics_bind_address=None,
         health_probe_bind_address=None,
+        webhook_server=webhook_server,
     )
     async with Manager(cluster_config, options) as manager:
         for setup in controllers:
-            await setup(manager)
+            added = setup(manager)
+            if inspect.isawaitable(added):
+                await added
         run = asyncio.create_task(manager.run(), name="controller-runtime-test-manager")
         ready = asyncio.create_task(_until_ready(manager))
         done, _ = await asyncio.wait({run, ready}, return_when=asyncio.FIRST_COMPLETED)

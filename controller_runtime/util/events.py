@@ -14,6 +14,12 @@ object produces a bounded number of requests while its counts keep adding up; at
 :attr:`EventRecorder.dropped`); recent events and buckets live in bounded LRU caches. One
 write is in flight at a time. A write that fails is logged and dropped.
 
+Fences (:mod:`controller_runtime.fencing`): an occurrence recorded by a reconcile (or by work
+started inside ``fenced_by``) is written only while that fence holds, checked right before
+each send; once it no longer holds (leadership or the slot lost, a pause past the renew
+deadline) the pending write is dropped and counted in :attr:`EventRecorder.dropped`, so a
+process that lost its lease sends no Event either.
+
 Secrets: an Event's ``note`` is stored in plain text and readable by anyone allowed to list
 events in the namespace, and Events are often shipped to log systems. Never put credentials,
 tokens, connection strings or personal data in a note; name the object or the field instead.
@@ -37,6 +43,14 @@ from typing import Any, Protocol
 from cachetools import LRUCache
 
 from controller_runtime.client import PatchType
+from controller_runtime.fencing import (
+    Fence,
+    FencedError,
+    before_send,
+    check_fence,
+    current_fence,
+    fenced_by,
+)
 from kubeclient.errors import AlreadyExistsError, NotFoundError
 from kubeclient.transport import Transport
 
@@ -100,6 +114,7 @@ class _Entry:
     count: int = 1
     written: int = 0  # the count the server holds; 0: not created
     last_seen: float = field(default_factory=time.monotonic)
+    fence: Fence | None = None  # of the last occurrence's work: written only while it holds
 
 
 def _micro_time(moment: datetime | None = None) -> str:
@@ -259,6 +274,7 @@ class EventRecorder:
                 body["related"] = related_ref
             entry = _Entry(body=body, object_key=object_key, last_seen=now)
             self._recent[key] = entry
+        entry.fence = current_fence()
         if entry not in self._dirty:
             if len(self._dirty) >= self.options.max_pending:
                 raise RuntimeError(f"{len(self._dirty)} events are already waiting to be written")
@@ -338,7 +354,11 @@ class EventRecorder:
                 continue
             self._writing = True
             try:
-                await self._write(entry)
+                with fenced_by(entry.fence):
+                    await self._write(entry)
+            except FencedError as err:
+                self.dropped += 1
+                log.debug("not writing event %s: %s", entry.body["reason"], err)
             except Exception as err:
                 self.dropped += 1
                 log.warning(
@@ -372,7 +392,9 @@ class EventRecorder:
     async def _create(self, body: dict[str, Any]) -> None:
         if isinstance(self._sink, Transport):
             path = f"/apis/{EVENTS_API_VERSION}/namespaces/{body['metadata']['namespace']}/events"
-            await self._sink.request("POST", path, body=body)
+            fence = current_fence()
+            check_fence(fence)
+            await self._sink.request("POST", path, body=body, before_send=before_send(fence))
         else:
             await self._sink.create(body)
 
@@ -382,8 +404,14 @@ class EventRecorder:
             path = (
                 f"/apis/{EVENTS_API_VERSION}/namespaces/{meta['namespace']}/events/{meta['name']}"
             )
+            fence = current_fence()
+            check_fence(fence)
             await self._sink.request(
-                "PATCH", path, body=patch, content_type="application/merge-patch+json"
+                "PATCH",
+                path,
+                body=patch,
+                content_type="application/merge-patch+json",
+                before_send=before_send(fence),
             )
         else:
             await self._sink.patch(body, patch, patch_type="merge")

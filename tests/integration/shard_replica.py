@@ -1,9 +1,10 @@
 """One replica of a sharded Task controller, for the ring tests.
 
-    python -m tests.integration.shard_replica KUBECONFIG NAMESPACE RING IDENTITY DIR
+    python -m tests.integration.shard_replica KUBECONFIG NAMESPACE RING IDENTITY DIR [TIMINGS]
 
 Runs a manager (namespace NAMESPACE) in the shard ring RING (Leases in NAMESPACE, short
-timings: lease 6 s, renew deadline 4 s, retry 1 s) with the Task reconciler. Writes:
+timings: lease 6 s, renew deadline 4 s, retry 1 s, or TIMINGS ``lease,deadline,retry``) with
+the Task reconciler. Writes:
 
 * ``DIR/IDENTITY.ledger``: ``start KEY T`` before and ``end KEY T`` after every reconcile
   (``T`` from ``time.monotonic()``, one clock for every process of the machine);
@@ -33,7 +34,16 @@ from kubeclient.config import load_kubeconfig
 RECONCILE_SECONDS = 0.02
 
 
-async def main(kubeconfig: str, namespace: str, ring: str, identity: str, out: Path) -> int:
+async def main(
+    kubeconfig: str,
+    namespace: str,
+    ring: str,
+    identity: str,
+    out: Path,
+    *,
+    timings: tuple[float, float, float] = (6, 4, 1),
+) -> int:
+    lease, deadline, retry = timings
     manager = Manager(
         await load_kubeconfig(kubeconfig),
         ManagerOptions(
@@ -45,9 +55,9 @@ async def main(kubeconfig: str, namespace: str, ring: str, identity: str, out: P
                 ring,
                 namespace,
                 identity=identity,
-                lease_duration=6,
-                renew_deadline=4,
-                retry_period=1,
+                lease_duration=lease,
+                renew_deadline=deadline,
+                retry_period=retry,
                 drain_timeout=5,
             ),
         ),
@@ -99,4 +109,9 @@ async def main(kubeconfig: str, namespace: str, ring: str, identity: str, out: P
 
 if __name__ == "__main__":
     kubeconfig, namespace, ring, identity, out = sys.argv[1:6]
-    sys.exit(asyncio.run(main(kubeconfig, namespace, ring, identity, Path(out))))
+    lease, deadline, retry = (float(t) for t in (sys.argv[6:7] or ["6,4,1"])[0].split(","))
+    sys.exit(
+        asyncio.run(
+            main(kubeconfig, namespace, ring, identity, Path(out), timings=(lease, deadline, retry))
+        )
+    )

@@ -4,7 +4,9 @@ Each fenced block titled ``title="<file>.py"`` is a complete program. The test l
 module and runs its ``main()`` (logging, config loading from ``$KUBECONFIG``, the manager,
 signal handling), changing only ``OPTIONS``: the cache limited to the test's namespace, and
 metrics and probes off unless the program asks for free ports (fixed ports, the defaults, may
-be taken on a shared machine). It stops the program as an operator would, with SIGTERM.
+be taken on a shared machine). It stops the program as an operator would, with SIGTERM. The
+webhook example is a module and its test: that test runs as the docs say, with pytest and the
+library's plugin, in a process of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import types
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -288,3 +291,29 @@ async def test_the_widget_example_generates_its_rbac() -> None:
     text = cluster_role("widget", [recorded])
     assert "    resources: [widgets/finalizers, widgets/status]\n    verbs: [update]\n" in text
     assert "  # its status; blockOwnerDeletion\n" in text
+
+
+def test_the_webhook_example_passes_its_documented_test(tmp_path: Path) -> None:
+    """``widget_webhooks.py`` and ``test_widget_webhooks.py`` as written, run as the docs say
+    (``pytest -p controller_runtime.testing``) in a process of their own: its session control
+    plane, WebhookInstallOptions, the plugin's manager serving the webhooks."""
+    programs = documented_programs()
+    for name in ("widget_webhooks.py", "test_widget_webhooks.py"):
+        (tmp_path / name).write_text(programs[name])
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    plugin = ["-p", "controller_runtime.testing", "-p", "no:cacheprovider"]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugin, "-v", "test_widget_webhooks.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert re.search(
+        r"::test_a_default_lands_a_denial_reaches_the_client_and_v1_converts PASSED",
+        result.stdout,
+    ), result.stdout

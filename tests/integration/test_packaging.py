@@ -6,6 +6,7 @@ the local control plane."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import zipfile
@@ -35,6 +36,30 @@ def test_the_wheel_holds_the_library_only(library_wheel: Path) -> None:
     assert not [r for r in requirements if re.match(r"(psycopg|kopf|matplotlib|mypy|ruff)", r)]
     base = [r for r in requirements if "extra ==" not in r]
     assert not [r for r in base if r.startswith(("cryptography", "pytest"))], base
+
+
+def test_no_module_of_the_wheel_imports_the_operator_the_harness_or_a_driver(
+    library_wheel: Path,
+) -> None:
+    """Not even lazily, inside a function: a path of the library that needs them would fail
+    from the install (the local control plane's kine-postgres storage once did)."""
+    forbidden = {"controllers", "bench", "tests", "psycopg", "psycopg2", "asyncpg", "kopf"}
+    found = []
+    with zipfile.ZipFile(library_wheel) as archive:
+        for name in archive.namelist():
+            if not name.endswith(".py"):
+                continue
+            for node in ast.walk(ast.parse(archive.read(name), name)):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules = [node.module]
+                else:
+                    continue
+                found += [
+                    f"{name}:{node.lineno} {m}" for m in modules if m.split(".")[0] in forbidden
+                ]
+    assert not found, found
 
 
 def test_a_clean_install_has_no_operator_and_no_harness(library_venv: Path) -> None:

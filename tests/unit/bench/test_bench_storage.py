@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.harness import settings_from
-from bench.storage import format_table
+from bench.storage import format_table, restarts_at
 
 
 def test_storage_flags() -> None:
@@ -54,3 +54,12 @@ def test_the_tables_show_each_backend_and_the_error_that_stopped_it() -> None:
     assert "| etcd | 1,000 | 500 | 1.50 | 10 | 50 | 300 | 100 | 50 | 500 mvcc" in table
     assert "100 + 200 (PostgreSQL PSS)" in table
     assert "| etcd | 10 | 100 | 10 | 4 | 20 |" in table
+
+
+def test_the_restart_runs_on_the_rung_of_its_size_not_on_the_largest() -> None:
+    ladder = [(10_000, False), (100_000, False), (1_000_000, True)]
+    chosen = [have for have, last in ladder if restarts_at(have, last=last, wanted=100_000)]
+    assert chosen[0] == 100_000
+    # a backend that stopped short (its quota) restarts on what it reached
+    assert restarts_at(42_000, last=True, wanted=100_000)
+    assert not restarts_at(42_000, last=False, wanted=100_000)

@@ -24,6 +24,9 @@ from controller_runtime.rbac import (
     permissions,
     permissions_of,
     record,
+    role,
+    shard_ring_role,
+    storage_migration_role,
 )
 from controllers.api import Task
 
@@ -154,3 +157,59 @@ def test_the_leader_election_role() -> None:
             "verbs": ["get", "create", "update"],
         }
     ]
+
+
+def test_rules_limited_to_named_objects_merge_only_with_the_same_names() -> None:
+    named = allow("secrets", "get", "update", resource_names=["certs", "certs"], why="own")
+    assert named.resource_names == ("certs",)
+    section = Section(
+        "s",
+        (
+            named,
+            allow("configmaps", "get", "update", resource_names=["certs"]),
+            allow("secrets", "get", "update"),
+        ),
+    )
+    assert rules_of(role("r", "system", [section])) == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps", "secrets"],
+            "resourceNames": ["certs"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"]},
+    ]
+    with pytest.raises(ValueError, match="create cannot be limited to resource_names"):
+        allow("secrets", "create", resource_names=["certs"])
+
+
+def test_the_shard_ring_role_grants_what_the_ring_does_with_leases() -> None:
+    document = yaml.safe_load(shard_ring_role("ring", "system"))
+    assert (document["kind"], document["metadata"]["namespace"]) == ("Role", "system")
+    (rule,) = document["rules"]
+    assert rule == {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["list", "create", "patch", "delete"],
+    }
+
+
+def test_the_storage_migration_role_names_its_crds() -> None:
+    crds = ["widgets.shop.example.com", "gadgets.shop.example.com", "things.other.io"]
+    document = yaml.safe_load(storage_migration_role("migrate", crds))
+    assert document["kind"] == "ClusterRole" and "namespace" not in document["metadata"]
+    get, patch, *objects = document["rules"]
+    assert get["resources"] == ["customresourcedefinitions"] and get["verbs"] == ["get"]
+    assert patch["resources"] == ["customresourcedefinitions/status"]
+    assert patch["verbs"] == ["patch"]
+    assert get["resourceNames"] == patch["resourceNames"] == sorted(crds)
+    assert objects == [
+        {"apiGroups": ["other.io"], "resources": ["things"], "verbs": ["list", "update"]},
+        {
+            "apiGroups": ["shop.example.com"],
+            "resources": ["gadgets", "widgets"],
+            "verbs": ["list", "update"],
+        },
+    ]
+    with pytest.raises(ValueError, match="not a CRD name"):
+        storage_migration_role("m", ["widgets"])

@@ -1,5 +1,6 @@
 """docs/reference.md is the contract: every public Client method and every option of the
-manager, the cache and leader election is listed there, with the default the code has."""
+manager, the cache, leader election, the webhook server, its self-managed certificates and
+envtest's webhook installation is listed there, with the default the code has."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ import pytest
 
 from controller_runtime import ByObject, Client, LeaderElectionConfig, ManagerOptions
 from controller_runtime.client import LiveReader
-from controller_runtime.webhook import DEFAULT_CERT_DIR, WebhookServer
+from controller_runtime.envtest import WebhookInstallOptions
+from controller_runtime.webhook import (
+    DEFAULT_CERT_DIR,
+    RotationPolicy,
+    SelfManagedCertificates,
+    WebhookServer,
+)
 
 REFERENCE = (Path(__file__).resolve().parents[3] / "docs" / "reference.md").read_text()
 ROW = re.compile(r"^\| `(?P<name>\w+)` \| (?P<default>[^|]+) \|", re.M)
@@ -61,6 +68,9 @@ def code_default(field: dataclasses.Field[Any]) -> Any:
         ("ManagerOptions", ManagerOptions),
         ("ByObject", ByObject),
         ("LeaderElectionConfig", LeaderElectionConfig),
+        ("SelfManagedCertificates", SelfManagedCertificates),
+        ("RotationPolicy", RotationPolicy),
+        ("WebhookInstallOptions", WebhookInstallOptions),
     ],
 )
 def test_every_option_is_documented_with_its_default(title: str, cls: type) -> None:
@@ -73,6 +83,9 @@ def test_every_option_is_documented_with_its_default(title: str, cls: type) -> N
             assert text == "required", f"{title}.{name} has no default: document it as required"
             continue
         literal = text.strip("`")
+        if literal == "RotationPolicy()":  # the one default that is an object
+            assert default == RotationPolicy(), f"{title}.{name}"
+            continue
         try:
             value = ast.literal_eval(literal)
         except (ValueError, SyntaxError):

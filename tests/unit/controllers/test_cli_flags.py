@@ -38,3 +38,15 @@ def test_the_whole_flags_still_work(make: Callable[[], argparse.ArgumentParser])
     )
     assert settings.metrics_bind_address == "127.0.0.1:0"
     assert settings.health_probe_bind_address in (None, "0")
+
+
+@pytest.mark.parametrize("argv", [["--kube", "/tmp/x"], ["--time", "5"], ["--cont", "c"]])
+def test_the_migration_job_refuses_abbreviations_too(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from controllers.migrate import main  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err

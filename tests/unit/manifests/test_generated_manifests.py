@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from controller_runtime.manifests import ProjectError, generate, load_project, run
 
@@ -24,7 +25,24 @@ async def test_every_crd_in_manifests_is_generated() -> None:
     (crds,) = directories.values()
     committed = sorted(p.name for p in (ROOT / "manifests" / "crds").glob("*.yaml"))
     assert committed == sorted(crds), "a CRD in manifests/crds/ has no class in controllers/api"
-    assert {p.name for p in files} == {"cluster-role.yaml", "leader-election-role.yaml"}
+    assert {str(p.relative_to(ROOT)) for p in files} == {
+        "manifests/rbac/cluster-role.yaml",
+        "manifests/rbac/leader-election-role.yaml",
+        "manifests/sharded/shard-ring-role.yaml",
+        "manifests/upgrade/cluster-role.yaml",
+    }
+
+
+async def test_every_role_in_manifests_is_generated() -> None:
+    """No hand-written Role or ClusterRole is left to drift from the code that needs it."""
+    _, files = await generate(load_project(ROOT))
+    roles = set()
+    for path in sorted((ROOT / "manifests").rglob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if isinstance(document, dict) and document.get("kind") in ("Role", "ClusterRole"):
+                roles.add(path)
+    assert roles, "no role found: the search is broken"
+    assert roles <= set(files), f"hand-written roles: {sorted(map(str, roles - set(files)))}"
 
 
 async def test_a_declaration_for_a_controller_that_does_not_exist_is_refused(
