@@ -66,8 +66,9 @@ node-binaries: binaries
 	@sh scripts/ensure-node-packages.sh
 	$(BIN)/python -m controller_runtime.envtest build --node
 
-# The end-to-end tests on a one-node cluster (needs root; not part of `make test`). The node's
-# binaries, SeaweedFS and the images are built by the tests' fixtures.
+# The end-to-end tests on a local cluster with real nodes (needs root; not part of `make test`):
+# 3 nodes in 3 zones when a collected test needs them, else 1; CRPY_E2E_NODES=N sets it
+# (docs/e2e.md). The node's binaries, SeaweedFS and the images are built by the tests' fixtures.
 e2e: venv binaries
 	@sh scripts/ensure-node-packages.sh
 	CRPY_E2E=1 $(BIN)/pytest $(or $(TESTS),tests/e2e) -v -s --timeout=1800 $(PYTEST_ARGS)

@@ -371,16 +371,34 @@ def pod_disruption_budget(instance: Mapping[str, Any]) -> Obj | None:
 
 
 def spread_constraints(instance: Mapping[str, Any]) -> list[Obj]:
-    """Spread pods across zones and nodes. ``ScheduleAnyway``: a cluster with fewer zones
-    or nodes than replicas still runs them all (stacked), rather than leaving pods pending."""
+    """Spread pods across zones (a rule) and nodes (a preference); docs/postgres.md, "Where
+    the Pods run".
+
+    Zones: ``DoNotSchedule`` with ``maxSkew: 1``, so replicas never differ by more than one
+    per zone: one Pod per zone while there are no more replicas than zones (a soft
+    constraint is only a score among others, and a replica once placed on a local volume
+    stays there). ``nodeTaintsPolicy: Honor`` is the fallback: a zone whose nodes are all
+    tainted for the Pod (lost, not ready, cordoned, reserved) does not count, so the
+    replicas spread over the zones left instead of waiting for it. Nodes must carry the
+    ``topology.kubernetes.io/zone`` label (one zone for all is fine).
+
+    Nodes: ``ScheduleAnyway``: a cluster with fewer nodes than replicas still runs them all
+    (stacked), rather than leaving pods pending."""
+    selector = {"matchLabels": _selector(instance)}
     return [
         {
             "maxSkew": 1,
-            "topologyKey": key,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "nodeTaintsPolicy": "Honor",
+            "labelSelector": selector,
+        },
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": _selector(instance)},
-        }
-        for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
+            "labelSelector": selector,
+        },
     ]
 
 

@@ -106,6 +106,14 @@ def test_the_statefulset() -> None:
         "topology.kubernetes.io/zone",
         "kubernetes.io/hostname",
     ]
+    zone, host = pod["topologySpreadConstraints"]
+    # One Pod per zone is a rule (a score can lose to other scores); a zone with no node the
+    # Pod may use does not count; nodes are a preference (fewer nodes than replicas is fine).
+    assert zone["whenUnsatisfiable"] == "DoNotSchedule" and zone["maxSkew"] == 1
+    assert zone["nodeTaintsPolicy"] == "Honor"
+    assert host["whenUnsatisfiable"] == "ScheduleAnyway"
+    for constraint in (zone, host):
+        assert constraint["labelSelector"] == spec["selector"], "the instance's own Pods"
     claim = spec["volumeClaimTemplates"][0]["spec"]
     assert claim["resources"]["requests"]["storage"] == "5Gi"
     assert claim["storageClassName"] == "ssd"
