@@ -30,134 +30,37 @@ import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from controller_runtime.envtest.node.cluster import LocalCluster
+from tests.e2e import ha
+from tests.e2e.ha import BOOT_TIMEOUT, NAME, RECOVERY_TIMEOUT, app_log
 from tests.e2e.support import TIMINGS, diagnostics, get_json, new_namespace, wait_for
-from tests.e2e.traffic import (
-    Log,
-    double_primaries,
-    errors_between,
-    parse,
-    start_app,
-    write_gap,
-)
+from tests.e2e.traffic import double_primaries, errors_between, start_app, write_gap
 
-NAME = "db"
 REPLICAS = 3
-POLICY = {
-    "apiVersion": "postgres.crpy.io/v1beta1",
-    "kind": "PostgresVersionPolicy",
-    "metadata": {"name": "default"},
-    "spec": {"defaultImage": "postgres:{version}", "versions": [{"version": "15"}]},
-}
-BOOT_TIMEOUT = 300.0
-RECOVERY_TIMEOUT = 180.0
 ROUNDS = max(1, int(os.environ.get("CRPY_HA_ROUNDS", "1")))
 GAPS: dict[str, list[float]] = {}
 """Every write gap measured, per scenario (for ``make e2e-ha-numbers``)."""
 
 
-def status(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
-    instance = get_json(cluster, "postgresinstance", NAME, "-n", namespace)
-    return dict(instance.get("status") or {})
-
-
-def roles(cluster: LocalCluster, namespace: str) -> dict[str, str]:
-    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={NAME}")
-    return {
-        p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get("postgres.crpy.io/role", "")
-        for p in pods.get("items", [])
-        if not p["metadata"].get("deletionTimestamp")
-    }
-
-
 def healthy(cluster: LocalCluster, namespace: str, *, not_: str | None = None) -> str | None:
-    """The primary's name when the instance is healthy (a primary, every other member
-    streaming from it, labelled so), else ``None``."""
-    found = status(cluster, namespace)
-    current = found.get("currentPrimary")
-    available = {c["type"]: c for c in found.get("conditions") or []}.get("PrimaryAvailable")
-    if (found.get("ha") or {}).get("phase") != "Healthy" or not current or current == not_:
-        return None
-    if not available or available.get("status") != "True":
-        return None
-    labels = roles(cluster, namespace)
-    expected = {f"{NAME}-{i}": "replica" for i in range(REPLICAS)} | {current: "primary"}
-    return str(current) if labels == expected else None
+    return ha.healthy(cluster, namespace, REPLICAS, not_=not_)
 
 
 def wait_healthy(
     cluster: LocalCluster, namespace: str, what: str, timeout: float, *, not_: str | None = None
 ) -> str:
-    wait_for(
-        lambda: healthy(cluster, namespace, not_=not_) is not None,
-        f"postgresinstance {namespace}/{NAME}: {what}",
-        timeout,
-        lambda: diagnostics(cluster, namespace, f"postgresinstance {NAME}"),
-    )
-    primary = healthy(cluster, namespace, not_=not_)
-    assert primary is not None
-    return primary
-
-
-def app_log(cluster: LocalCluster, namespace: str) -> Log:
-    return parse(cluster.kubectl("logs", "-n", namespace, "app", check=False))
-
-
-def rows_on(cluster: LocalCluster, namespace: str, pod: str) -> set[int] | None:
-    out = cluster.kubectl(
-        "exec", "-n", namespace, pod, "-c", "postgres", "--",
-        "psql", "-U", "postgres", "-d", "postgres", "-tAc", "SELECT id FROM acked",
-        check=False, timeout=60,
-    )  # fmt: skip
-    try:
-        return {int(line) for line in out.split()}
-    except ValueError:
-        return None
-
-
-def postmaster_pid(cluster: LocalCluster, namespace: str, pod: str) -> int:
-    """The host's PID of ``pod``'s postmaster: the process of its postgres container (by the
-    container's ID in its cgroup) started as ``postgres -D``."""
-    found = get_json(cluster, "pod", pod, "-n", namespace)
-    (container,) = [c for c in found["status"]["containerStatuses"] if c["name"] == "postgres"]
-    container_id = container["containerID"].split("://", 1)[-1]
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if container_id not in (proc / "cgroup").read_text():
-                continue
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"postgres") and b"-D" in argv:
-            return int(proc.name)
-    raise AssertionError(f"no postmaster of pod {namespace}/{pod} among the host's processes")
+    return ha.wait_healthy(cluster, namespace, REPLICAS, what, timeout, not_=not_)
 
 
 @pytest.fixture(scope="module")
 def instance(cluster: LocalCluster, operator: str) -> Iterator[str]:
     """A 3-replica ZeroLoss instance, healthy, with the application writing to it."""
     namespace = new_namespace(cluster, "ha")
-    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POLICY))
-    body = {
-        "apiVersion": "postgres.crpy.io/v1beta1",
-        "kind": "PostgresInstance",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "version": "15",
-            "replicas": REPLICAS,
-            "replication": {"synchronous": {"number": 1}},
-            "storage": {"size": "1Gi"},
-            "deletionPolicy": "Delete",
-        },
-    }
     started = time.monotonic()
-    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(body))
+    ha.apply_instance(cluster, namespace, REPLICAS, replication={"synchronous": {"number": 1}})
     wait_healthy(cluster, namespace, "healthy with 3 members", BOOT_TIMEOUT)
     TIMINGS["ha_3_replicas_apply_to_healthy"] = time.monotonic() - started
     start_app(cluster, namespace, NAME, REPLICAS, operator)
@@ -173,22 +76,6 @@ def instance(cluster: LocalCluster, operator: str) -> Iterator[str]:
     cluster.kubectl("delete", "pod", "app", "-n", namespace, "--wait=false", check=False)
     cluster.kubectl(
         "delete", "postgresinstance", NAME, "-n", namespace, "--wait=false", check=False, timeout=60
-    )
-
-
-def holds_all(cluster: LocalCluster, namespace: str, pod: str, acked: set[int], fault: str) -> None:
-    def check() -> bool:
-        return (rows_on(cluster, namespace, pod) or set()) >= acked
-
-    def describe() -> str:
-        missing = sorted(acked - (rows_on(cluster, namespace, pod) or set()))
-        return f"missing: {missing[:20]}\n" + diagnostics(cluster, namespace, f"pod {pod}")
-
-    wait_for(
-        check,
-        f"{namespace}/{pod} holding all {len(acked)} acknowledged rows after {fault}",
-        RECOVERY_TIMEOUT,
-        describe,
     )
 
 
@@ -223,8 +110,8 @@ def check_after(
     log = app_log(cluster, namespace)
     acked = log.acked_ids()
     for i in range(REPLICAS):
-        holds_all(cluster, namespace, f"{NAME}-{i}", acked, fault)
-    assert roles(cluster, namespace)[old] == "replica", f"{old} did not rejoin as a standby"
+        ha.holds_all(cluster, namespace, f"{NAME}-{i}", acked, fault)
+    assert ha.roles(cluster, namespace)[old] == "replica", f"{old} did not rejoin as a standby"
     doubles = double_primaries(log)
     assert doubles == [], f"{namespace}: two writable members after {fault}: {doubles[:5]}"
     gap = write_gap(log, since)
@@ -238,12 +125,12 @@ def check_after(
 def test_postmaster_killed_from_the_host(cluster: LocalCluster, instance: str, round_: int) -> None:
     namespace = instance
     old = wait_healthy(cluster, namespace, "healthy", RECOVERY_TIMEOUT)
-    pid = postmaster_pid(cluster, namespace, old)
+    pid = ha.postmaster_pid(cluster, namespace, old)
     killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
     new = wait_healthy(cluster, namespace, f"failed over from {old}", RECOVERY_TIMEOUT, not_=old)
     check_after(cluster, namespace, "postmaster_kill", old=old, since=killed_at, new=new)
-    found = status(cluster, namespace)
+    found = ha.status(cluster, namespace)
     assert found["failovers"] >= 1 and found["lastTransitionSeconds"] > 0
 
 
@@ -251,12 +138,12 @@ def test_postmaster_killed_from_the_host(cluster: LocalCluster, instance: str, r
 def test_primary_pod_deleted(cluster: LocalCluster, instance: str, round_: int) -> None:
     namespace = instance
     old = wait_healthy(cluster, namespace, "healthy", RECOVERY_TIMEOUT)
-    before = status(cluster, namespace).get("switchovers") or 0
+    before = ha.status(cluster, namespace).get("switchovers") or 0
     deleted_at = time.time()
     cluster.kubectl("delete", "pod", old, "-n", namespace, "--wait=false")
     new = wait_healthy(cluster, namespace, f"switched over from {old}", RECOVERY_TIMEOUT, not_=old)
     check_after(cluster, namespace, "primary_pod_delete", old=old, since=deleted_at, new=new)
-    assert (status(cluster, namespace).get("switchovers") or 0) == before + 1
+    assert (ha.status(cluster, namespace).get("switchovers") or 0) == before + 1
 
 
 @pytest.mark.parametrize("round_", range(ROUNDS))
@@ -283,7 +170,7 @@ def test_switchover_by_annotation(cluster: LocalCluster, instance: str, round_: 
 def test_rolling_parameter_change(cluster: LocalCluster, instance: str, round_: int) -> None:
     namespace = instance
     old = wait_healthy(cluster, namespace, "healthy", RECOVERY_TIMEOUT)
-    before = status(cluster, namespace).get("switchovers") or 0
+    before = ha.status(cluster, namespace).get("switchovers") or 0
     changed_at = time.time()
     cluster.kubectl(
         "patch", "postgresinstance", NAME, "-n", namespace, "--type=merge",
@@ -311,4 +198,4 @@ def test_rolling_parameter_change(cluster: LocalCluster, instance: str, round_: 
         ).strip()  # fmt: skip
         assert value == str(120 + round_), f"{namespace}/{NAME}-{i}: max_connections {value!r}"
     check_after(cluster, namespace, "rolling_update", old=old, since=changed_at, new=new)
-    assert (status(cluster, namespace).get("switchovers") or 0) == before + 1
+    assert (ha.status(cluster, namespace).get("switchovers") or 0) == before + 1

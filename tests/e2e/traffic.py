@@ -86,14 +86,27 @@ writer()
 """
 
 
-def app_pod(name: str, namespace: str, instance: str, members: int, image: str) -> dict[str, Any]:
-    """The application Pod for ``instance`` (its superuser Secret, ``members`` Pods)."""
+def app_pod(
+    name: str,
+    namespace: str,
+    instance: str,
+    members: int,
+    image: str,
+    *,
+    node: str | None = None,
+    primary: str | None = None,
+) -> dict[str, Any]:
+    """The application Pod for ``instance`` (its superuser Secret, ``members`` Pods sampled),
+    on ``node`` if given, writing to ``primary`` (default the ``<instance>-primary``
+    Service)."""
     headless = f"{instance}-headless"
+    placement = {"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
+            **placement,
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,
             "containers": [
@@ -103,7 +116,10 @@ def app_pod(name: str, namespace: str, instance: str, members: int, image: str) 
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["python", "-u", "-c", SCRIPT],
                     "env": [
-                        {"name": "PRIMARY", "value": f"{instance}-primary.{namespace}.svc"},
+                        {
+                            "name": "PRIMARY",
+                            "value": primary or f"{instance}-primary.{namespace}.svc",
+                        },
                         {
                             "name": "MEMBERS",
                             "value": " ".join(
@@ -119,10 +135,17 @@ def app_pod(name: str, namespace: str, instance: str, members: int, image: str) 
 
 
 def start_app(
-    cluster: LocalCluster, namespace: str, instance: str, members: int, image: str
+    cluster: LocalCluster,
+    namespace: str,
+    instance: str,
+    members: int,
+    image: str,
+    *,
+    name: str = "app",
+    node: str | None = None,
+    primary: str | None = None,
 ) -> str:
-    name = "app"
-    pod = app_pod(name, namespace, instance, members, image)
+    pod = app_pod(name, namespace, instance, members, image, node=node, primary=primary)
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
     return name
 
