@@ -16,8 +16,9 @@ from tests.e2e.support import Images
 
 START_AND_WAIT = """
 import sys, time
+from pathlib import Path
 from controller_runtime.envtest.node.cluster import LocalCluster
-node = LocalCluster(crd_directory=None, images=[sys.argv[1]], nodes=2)
+node = LocalCluster(crd_directory=None, images=[Path(sys.argv[1])], nodes=2)
 node.start()
 pod = '{"spec": {"nodeName": "crpy-node-2"}}'
 for _ in range(60):  # until the controller-manager has made the default ServiceAccount

@@ -274,7 +274,7 @@ class LocalCluster:
             ],
         )
 
-    def _import_everywhere(self, archives: Sequence[Path]) -> None:
+    def _import_everywhere(self, archives: Sequence[Path | str]) -> None:
         """Every archive into every node, the nodes side by side (each import is a ``ctr``
         process; nothing here starts a long-lived one, so threads are safe)."""
 
@@ -287,7 +287,7 @@ class LocalCluster:
                 future.result()
 
     def _start_s3(self, started: float) -> None:
-        """SeaweedFS in the node's namespace on the node's address, and the Service Pods use
+        """SeaweedFS in the link's namespace on its shared address, and the Service Pods use
         to reach it; returns once a signed listing of the bucket succeeds."""
         assert self._binaries is not None
         addr = self.addresses
@@ -317,7 +317,7 @@ class LocalCluster:
         self.timings["s3_start"] = time.monotonic() - begun
         self.timings["s3_ready"] = time.monotonic() - started
 
-    def import_image(self, archive: Path) -> None:
+    def import_image(self, archive: Path | str) -> None:
         """Load an OCI archive into every node's containerd (namespace ``k8s.io``, what the
         kubelets see)."""
         self._import_everywhere([archive])

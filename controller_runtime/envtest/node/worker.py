@@ -184,9 +184,10 @@ class WorkerNode:
         self.processes[component] = process
         self._commands[component] = command
 
-    def import_image(self, archive: Path) -> None:
+    def import_image(self, archive: Path | str) -> None:
         """Load an OCI archive into the node's containerd (namespace ``k8s.io``)."""
-        self._ctr("images", "import", "--local", str(archive), what=f"importing {archive.name}")
+        path = Path(archive)
+        self._ctr("images", "import", "--local", str(path), what=f"importing {path.name}")
 
     def tag_image(self, source: str, target: str) -> None:
         self._ctr("images", "tag", "--force", source, target, what=f"tagging {source}")
