@@ -35,11 +35,14 @@ The rules, which the failover machine (:mod:`controllers.postgres.failover`) rel
 4. **Say "primary" while it may be one.** The report's role is primary whenever the agent
    has granted the role or the supervisor runs (or starts) PostgreSQL as primary, ready or
    not; any other role means the member is not and will not be primary without rule 3.
-5. **Follow only a confirmed primary.** A standby streams from ``currentPrimary`` while the
-   phase is Healthy; otherwise (a failover or switchover in progress) from nobody, so a fenced
-   primary loses its standbys. A standby that does not stream from its primary for
-   :data:`REWIND_AFTER` seconds is rewound (``pg_rewind``, which does nothing but restart it
-   when the timelines did not diverge), at most once every :data:`REWIND_EVERY` seconds.
+5. **Follow only a confirmed primary.** A standby re-points to ``currentPrimary`` while the
+   phase is Healthy; while a failover or switchover runs it keeps the upstream it had, so a
+   primary being fenced keeps its standbys until it stops: they receive all of its WAL, its
+   shutdown checkpoint included (cutting them off first could leave the standby that gets
+   promoted one record short of the others). A standby that does not stream from the
+   healthy primary for :data:`REWIND_AFTER` seconds is rewound (``pg_rewind``, which does
+   nothing but restart it when the timelines did not diverge), at most once every
+   :data:`REWIND_EVERY` seconds.
 6. **A crashed primary waits.** With ``failoverDelay`` 0 and standbys to fail over to, a
    primary whose PostgreSQL died is not restarted in place for :data:`CRASH_HOLD` seconds:
    the operator fails over instead. With ``failoverDelay`` > 0, or alone, it restarts at once.
@@ -290,10 +293,13 @@ def decide(
         state = _confirm(state, standing, read_started, supervisor)
     else:
         state = replace(state, intent_primary=False, confirmed_at=None)
-    upstream = ""
-    if standing.healthy and standing.current not in (None, me, PENDING):
-        upstream = address_of.get(standing.current or "", "")
-    state = _rewind(replace(state, upstream=upstream), now, supervisor, postgres, upstream)
+    upstream = state.upstream  # kept while a failover or switchover runs (rule 5)
+    if standing.healthy:
+        upstream = ""
+        if standing.current not in (None, me, PENDING):
+            upstream = address_of.get(standing.current or "", "")
+    state = replace(state, upstream=upstream)
+    state = _rewind(state, now, supervisor, postgres, upstream if standing.healthy else "")
     desired = Desired(
         mode="primary" if state.intent_primary else "standby",
         upstream=upstream,
@@ -342,7 +348,8 @@ def _rewind(
     postgres: Postgres | None,
     upstream: str,
 ) -> AgentState:
-    """Rule 5: ask for a rewind of a running standby that does not stream from its primary."""
+    """Rule 5: ask for a rewind of a running standby that does not stream from the healthy
+    primary (``upstream``; empty while there is none)."""
     streaming = (
         postgres is not None
         and postgres.in_recovery

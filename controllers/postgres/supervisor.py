@@ -22,7 +22,9 @@ Every 0.2 s (sooner when the agent writes to the ``wake`` pipe) it reads the age
   ``pg_basebackup`` first); re-points a running standby with ``ALTER SYSTEM`` and a reload;
   rewinds (``pg_rewind``) a former primary before it follows, and a standby when asked or
   when it keeps failing to start (a clean shutdown or single-user crash recovery first;
-  after three failed rewinds, a new clone);
+  after three failed rewinds, a new clone). Both only against an upstream that answers as
+  primary, and a clone replaces the data directory only once it is complete: a member never
+  loses its WAL to a primary that is not there;
 - applies the ``synchronous_standby_names`` override of a DegradeToAsync primary;
 - on SIGTERM/SIGINT (the Pod is deleted): a primary keeps serving while the agent still wants
   it primary, up to ``CRPY_TERM_WAIT`` seconds (default 30), so the operator can switch over
@@ -285,18 +287,19 @@ SQL
   [ "$rc" = 0 ] || { error="creating the replication role failed"; return 1; }
 }
 
-clone() {  # $1: "host port"
-  local host=${1%% *} port=${1##* }
+clone() {  # $1: "host port"; into a new directory, swapped in only once it is complete
+  local host=${1%% *} port=${1##* } fresh="$PGDATA.clone"
   log "cloning from $host:$port"
   write_state cloning
-  rm -rf "$PGDATA" && mkdir -p "$PGDATA" && chmod 0700 "$PGDATA" || return 1
+  rm -rf "$fresh" && mkdir -p "$fresh" && chmod 0700 "$fresh" || return 1
   local source="host=$host port=$port user=$REPLICATION_USER passfile=$RUN/pgpass"
-  if ! pg_basebackup -D "$PGDATA" -X stream -c fast \
+  if ! pg_basebackup -D "$fresh" -X stream -c fast \
       -d "$source connect_timeout=5 application_name=$ME" >&2; then
     error="pg_basebackup from $host failed"
-    rm -rf "$PGDATA"
+    rm -rf "$fresh"
     return 1
   fi
+  rm -rf "$PGDATA" && mv "$fresh" "$PGDATA" || return 1
   : > "$PGDATA/standby.signal"
   set_conninfo_file "$1"
   rewind_failures=0
@@ -379,9 +382,12 @@ step() {
     fi
     if [ "$d_rewind" -gt "$rewinds_done" ] && [ -n "$d_upstream" ]; then
       rewinds_done=$d_rewind
-      stop_postgres INT request
-      rewind "$d_upstream" && start_postgres standby
-      return
+      # Only against a primary that answers: a rewind (or a new clone) needs it.
+      if upstream_primary "$d_upstream"; then
+        stop_postgres INT request
+        rewind "$d_upstream" && start_postgres standby
+        return
+      fi
     fi
     if [ "$d_upstream" != "$applied_upstream" ] && [ $(( NOW - started_cs )) -ge 50 ]; then
       set_conninfo_live "$d_upstream"

@@ -64,12 +64,20 @@ async def until(
 ) -> float:
     """Poll ``check`` (the members' reports have no watch) until true; the seconds taken."""
     started = time.monotonic()
-    while not await check():
+    while not await _checked(check):
         if time.monotonic() - started > timeout:
             reports = [await members.status(i) for i in range(len(members.members))]
             pytest.fail(f"{what}: not within {timeout} s\nreports: {reports}\n{members.logs()}")
         await asyncio.sleep(0.1)
     return time.monotonic() - started
+
+
+async def _checked(check: Callable[[], Awaitable[bool]]) -> bool:
+    """``check()``, false when it could not connect (a member restarting on the way)."""
+    try:
+        return await check()
+    except (psycopg.Error, OSError):
+        return False
 
 
 def role(report: dict[str, Any] | None) -> tuple[str, bool, str | None] | None:

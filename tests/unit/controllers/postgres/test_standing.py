@@ -200,15 +200,35 @@ def test_a_fence_withdraws_the_role_and_the_lease() -> None:
     assert got.role == Role.STARTING and not got.position_known
 
 
-def test_standbys_follow_the_current_primary_only_while_healthy() -> None:
-    assert round_(AgentState(), HEALTHY, at=1).desired.upstream == "db-0.db-headless 5432"
+def test_standbys_re_point_only_while_healthy_and_keep_their_upstream_meanwhile() -> None:
+    following = round_(AgentState(), HEALTHY, at=1)
+    assert following.desired.upstream == "db-0.db-headless 5432"
     for standing in (
         replace(HEALTHY, phase="Fencing", target=PENDING),
         replace(HEALTHY, phase="Promoting", target="db-2"),
-        replace(HEALTHY, phase="Bootstrap", current=None),
     ):
-        assert round_(AgentState(), standing, at=1).desired.upstream == ""
-    assert round_(AgentState(), MINE, at=1).desired.upstream == ""
+        # The fenced primary keeps its standbys until it stops: they get all of its WAL.
+        assert round_(following, standing, at=2).desired.upstream == "db-0.db-headless 5432"
+        assert round_(AgentState(), standing, at=2).desired.upstream == ""
+    assert (
+        round_(
+            AgentState(), replace(HEALTHY, phase="Bootstrap", current=None), at=1
+        ).desired.upstream
+        == ""
+    )
+    moved = replace(HEALTHY, current="db-2", target="db-2")
+    assert round_(following, moved, at=3).desired.upstream == "db-2.db-headless 5432"
+    assert round_(following, MINE, at=3).desired.upstream == ""  # I am the primary now
+
+
+def test_no_rewind_is_asked_for_while_no_primary_is_healthy() -> None:
+    idle = replace(STREAMING, receiver_status=None, receiver_host=None)
+    following = round_(AgentState(), HEALTHY, at=0)
+    fencing = replace(HEALTHY, phase="Fencing", target=PENDING)
+    state = following
+    for t in range(1, 100, 10):
+        state = round_(state, fencing, at=t, postgres=idle)
+        assert state.desired.rewind == 0 and state.not_streaming_since is None
 
 
 def test_a_crashed_primary_waits_for_the_failover_unless_delayed_or_alone() -> None:
