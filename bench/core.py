@@ -9,7 +9,9 @@ directory, made once per N), which :mod:`bench.core_server` serves over loopback
 API server would: an empty LIST, then a watch whose events are the N objects as ADDED. Both
 informers read those same bytes through their own HTTP clients.
 
-Stages, each in a fresh process (so memory figures are the stage's own), per implementation:
+Stages, each in a fresh process (so memory figures are the stage's own), per implementation
+(``ours`` runs on asyncio's event loop; ``--implementations ours,ours-uvloop,go`` adds ours on
+uvloop beside it):
 
 - ``decode`` (``limit``): ``orjson.loads`` of every line, already split, nothing else: the
   limit for Python.
@@ -49,6 +51,8 @@ import orjson
 
 TEMPLATE = Path(__file__).with_name("data") / "task-watch-event.json"
 IMPLEMENTATIONS = ("ours", "go")
+EVENT_LOOPS = {"ours": "asyncio", "ours-uvloop": "uvloop"}
+"""The event loop each implementation of ours runs on (``ours-uvloop`` only when asked for)."""
 STAGES = ("decode", "informer", "controller")
 
 
@@ -263,11 +267,13 @@ def run_core(
                         result = go_stage(stage, n, server, go_binary)
                     else:
                         command = [sys.executable, "-m", "bench.core", "--child", stage, str(n)]
+                        loop = EVENT_LOOPS.get(implementation, "asyncio")
                         out = subprocess.run(
                             [*command, f"--server={server}"],
                             capture_output=True,
                             text=True,
                             check=True,
+                            env={**os.environ, "CRPY_EVENT_LOOP": loop},
                         )
                         result = json.loads(out.stdout.strip().splitlines()[-1])
                     results.append(result)
@@ -297,8 +303,10 @@ def main(argv: list[str] | None = None) -> None:
             return
         from controller_runtime.manager import install_event_loop  # noqa: PLC0415
 
-        install_event_loop()
-        print(json.dumps(asyncio.run(ours_stage(stage, n, args.server))))
+        loop = install_event_loop()
+        result = asyncio.run(ours_stage(stage, n, args.server))
+        implementation = next(i for i, name in EVENT_LOOPS.items() if name == loop)
+        print(json.dumps(result | {"implementation": implementation, "event_loop": loop}))
         return
     results = run_core(
         args.objects or [100_000],

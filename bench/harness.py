@@ -76,11 +76,15 @@ from controller_runtime.envtest.binaries import BinaryError
 SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup", "core", "webhook")
 CLUSTER_SCENARIOS = ("sync", "churn", "write-heavy", "restart", "startup")
 IMPLEMENTATIONS = ("ours", "go", "kopf")
-EXTRA_IMPLEMENTATIONS = ("ours-echoes",)
+EXTRA_IMPLEMENTATIONS = ("ours-echoes", "ours-uvloop")
 BUDGETED = "ours-budget"
 """The restart row of ours with a cache memory budget (``--memory-limit BYTES``)."""
 """Run only when named: ``ours-echoes`` is ours in write-heavy reconciling the echo of each of
-its own writes again (``--reconcile-echoes``), as it did before ``skip_own_write_echoes``."""
+its own writes again (``--reconcile-echoes``), as it did before ``skip_own_write_echoes``;
+``ours-uvloop`` is ours on uvloop's event loop (``CRPY_EVENT_LOOP=uvloop``; ``ours`` always
+runs on asyncio's, whatever the environment says)."""
+EVENT_LOOPS = {"ours-uvloop": "uvloop"}
+"""The event loop of each implementation of ours that does not run on asyncio's."""
 RESULTS_DIR = Path(__file__).with_name("results")
 REPO = Path(__file__).resolve().parents[1]
 KOPF_FILE = Path(__file__).with_name("peers") / "kopf_task.py"
@@ -425,7 +429,8 @@ class Cluster:
     def command(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         workers = str(self.settings.workers)
-        if launch.implementation in ("ours", "ours-echoes", BUDGETED):
+        if launch.implementation in ("ours", "ours-echoes", "ours-uvloop", BUDGETED):
+            env["CRPY_EVENT_LOOP"] = EVENT_LOOPS.get(launch.implementation, "asyncio")
             command = [
                 sys.executable,
                 "-m",
@@ -733,6 +738,10 @@ def _summary(result: Result) -> str:
     if "p50_seconds" in result:
         text += f", lag p50 {result['p50_seconds'] * 1000:.0f} ms p99 "
         text += f"{result['p99_seconds'] * 1000:.0f} ms"
+    if "reconcile_errors" in result:
+        text += f", {result['reconcile_errors']} reconcile errors"
+    if "fetches_on_miss" in result:
+        text += f", {result['fetches_on_miss']} fetched on a miss"
     if not result.get("complete", True):
         text += f" (INCOMPLETE: {result.get('objects_done')} done)"
     return text
@@ -871,7 +880,9 @@ def run(settings: Settings) -> list[Result]:
         results += run_core(
             settings.core_objects,
             progress=say,
-            implementations=[i for i in settings.implementations if i in ("ours", "go")],
+            implementations=[
+                i for i in settings.implementations if i in ("ours", "ours-uvloop", "go")
+            ],
             repeat=settings.repeat,
         )
     say(f"all done in {time.monotonic() - started:.0f}s")

@@ -14,7 +14,10 @@ Optional: ``p50_seconds``/``p99_seconds`` (float, churn lag), ``stage`` (str, co
 ``concurrency``/``workers``, ``version``, ``note``, ``runs`` and ``per_second_runs`` (when a
 result is the median of several runs: how many, and each run's ``per_second``). The restart
 scenario adds ``empty_rss_bytes`` (the process's RSS on an empty namespace; ``rss_per_object``
-is then peak minus that, over N), ``setup_seconds`` (creating the N reconciled Tasks, not
+is then peak minus that, over N), ``reconcile_errors`` (of the reconciles counted, those with
+``result="error"``, from the last scrape), ``memory_limit`` and ``fetches_on_miss`` (the
+``ours-budget`` row's budget, and its ``cache_fetch_on_miss_total`` at the end),
+``setup_seconds`` (creating the N reconciled Tasks, not
 measured) and, for its limit, ``list_bytes`` (the LIST's bytes on the wire). The startup
 scenario: ``seconds`` from exec to the first reconcile (to ready at 0 objects; ``per_second``
 is its inverse), ``ready_seconds``, ``first_reconcile_seconds``, ``all_reconciled_seconds``,
@@ -58,6 +61,8 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "stage": (str,),
     "complete": (bool,),
     "objects_done": (int,),
+    "reconcile_errors": (int,),
+    "fetches_on_miss": (int,),
     "server_cpu_seconds": (int, float, type(None)),
     "lag_quantiles": (list,),
     "rss_per_object": (int, float),

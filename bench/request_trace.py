@@ -4,7 +4,7 @@ Set ``BENCH_REQUEST_TRACE=DIR`` (an existing directory) in the environment of ``
 bench`` (its children inherit it) and ``bench.runners.ours`` and ``bench.runners.limit`` call
 :func:`install_from_env` before they open any session: every ``aiohttp.ClientSession`` made
 afterwards in the process gets a trace that records, per request, its start and end
-(``time.monotonic()``), method, a path class, status, request and response body sizes, and
+(``time.monotonic()``), method, path, a path class, status, request and response body sizes, and
 whether it opened a new TCP connection. The records are written to
 ``DIR/<runner>-<pid>.jsonl`` as JSON lines when the process exits (normally, or on SIGTERM
 through the runner's own shutdown); ``python -m bench.request_trace FILE...`` summarises them
@@ -43,9 +43,19 @@ def _kind(method: str, path: str, query: str) -> str:
     return method
 
 
-def install(path: Path) -> None:
-    """Trace every aiohttp session created from now on; dump the records to ``path`` at exit."""
+def install(path: Path, *, stream: bool = False) -> None:
+    """Trace every aiohttp session created from now on; dump the records to ``path`` at exit,
+    or with ``stream`` write each one as its request ends (a process that is killed keeps its
+    trace)."""
     import aiohttp  # noqa: PLC0415
+
+    streamed = path.open("ab", buffering=0) if stream else None
+
+    def keep(record: dict[str, Any]) -> None:
+        if streamed is not None:
+            streamed.write(orjson.dumps(record) + b"\n")
+        else:
+            _records.append(record)
 
     trace = aiohttp.TraceConfig()
 
@@ -55,6 +65,7 @@ def install(path: Path) -> None:
         ctx.record = {
             "start": time.monotonic(),
             "method": params.method,
+            "path": params.url.path,
             "kind": _kind(params.method, params.url.path, params.url.query_string),
             "new_connection": False,
             "sent": 0,
@@ -84,11 +95,9 @@ def install(path: Path) -> None:
         record["answered"] = time.monotonic()
         length = params.response.content_length
         record["received"] = length if length is not None else -1
-        if record["kind"] != "WATCH":
-            _records.append(record)
-        else:
+        if record["kind"] == "WATCH":
             record["end"] = record["answered"]
-            _records.append(record)
+        keep(record)
 
     trace.on_request_start.append(on_start)
     trace.on_request_chunk_sent.append(on_chunk_sent)
@@ -103,7 +112,8 @@ def install(path: Path) -> None:
         original(self, *args, **kwargs)
 
     aiohttp.ClientSession.__init__ = traced_init  # type: ignore[method-assign]
-    atexit.register(_dump, path)
+    if streamed is None:
+        atexit.register(_dump, path)
 
 
 def _dump(path: Path) -> None:

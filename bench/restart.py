@@ -156,6 +156,10 @@ async def run_restart(
     }
     if implementation == "ours-budget":
         result["memory_limit"] = cluster.settings.memory_limit
+    if progress is not None:
+        result["reconcile_errors"] = int(progress.errors)
+        if implementation == "ours-budget":
+            result["fetches_on_miss"] = int(progress.fetches)
     if not ok:
         result["objects_done"] = int(progress.reconciles) if progress else 0
     _say(

@@ -33,6 +33,11 @@ class Progress:
     started: bool
     """Whether the controller's reconcile counters exist yet (both runtimes create them, at 0,
     when the controller is built)."""
+    errors: float = 0.0
+    """Of ``reconciles``, those counted with ``result="error"`` (reconcile correctness)."""
+    fetches: float = 0.0
+    """``cache_fetch_on_miss_total`` summed over kinds: cached reads answered by a live GET
+    because a memory budget had evicted the body (ours only)."""
 
     def done(self, n: int) -> bool:
         """N reconciles counted and nothing left in the queue."""
@@ -44,11 +49,16 @@ def parse(text: bytes, controller: str) -> Progress:
     controllers are ignored; a sample whose value does not parse as a float raises
     ``ValueError`` (an exposition is never partial, so that is a broken endpoint)."""
     reconciles = 0.0
+    errors = 0.0
+    fetches = 0.0
     depth = 0.0
     seen_reconciles = False
     wanted = controller.encode()
     for match in _SAMPLE.finditer(text):
         name = match["name"]
+        if name == b"cache_fetch_on_miss_total":
+            fetches += float(match["value"])
+            continue
         if name not in (b"controller_runtime_reconcile_total", b"workqueue_depth"):
             continue
         labels = dict(_LABEL.findall(match["labels"] or b""))
@@ -59,7 +69,9 @@ def parse(text: bytes, controller: str) -> Progress:
         elif labels.get(b"controller") == wanted:
             reconciles += value
             seen_reconciles = True
-    return Progress(reconciles, depth, seen_reconciles)
+            if labels.get(b"result") == b"error":
+                errors += value
+    return Progress(reconciles, depth, seen_reconciles, errors, fetches)
 
 
 async def scrape(session: aiohttp.ClientSession, url: str, controller: str) -> Progress | None:

@@ -16,12 +16,21 @@ Variants:
 
 Throughput (one process, one core): decoding watch lines alone; decode -> strip ->
 ``Store.apply``; and, for comparison, decode -> strip -> plain dict.
+
+A sync's peak (``--objects N``, each in a fresh process too): the N objects as an initial
+list arrives, in pages of 500 decoded one at a time, prepared as the reflector prepares
+them (buffered for the atomic swap), swapped in, the deltas handed to
+``EnqueueRequestForObject``'s handler on a controller's queue (every key queued at low
+priority, as at a restart), then the budget enforced. ``list`` is unbounded, ``list+budget``
+has a budget of a tenth of the bodies' bytes. Reported: the peak (``VmHWM``) and the RSS at
+the end, above the process before the list, per object.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import random
@@ -39,7 +48,12 @@ try:
 except ImportError:  # a dev dependency; /proc/self/statm works on Linux without it
     psutil = None
 
+from controller_runtime.controller import Controller, ControllerOptions
+from controller_runtime.handlers import EnqueueRequestForObject
+from controller_runtime.reconcile import Request
+from controller_runtime.workqueue import WorkQueue
 from informers import store as store_module
+from informers.budget import BodyBudget
 from informers.store import Store
 
 VARIANTS = ("store", "store+labels", "store-nocopy", "dict")
@@ -162,6 +176,64 @@ def measure_memory(variant: str, n: int) -> dict[str, Any]:
     }
 
 
+SYNC_VARIANTS = ("list", "list+budget")
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _controller_queue() -> WorkQueue[Request]:
+    """The queue of a controller (never started), as a restart fills it."""
+
+    async def reconcile(request: Request) -> None:
+        return None
+
+    options = ControllerOptions(skip_name_validation=True)
+    return Controller("store-memory", reconcile, options=options).queue
+
+
+def measure_sync_peak(variant: str, n: int) -> dict[str, Any]:
+    """One initial list of ``n`` objects through the reflector's list path (module docs)."""
+    budget_bytes = None
+    if variant == "list+budget":
+        stripped = sum(
+            len(orjson.dumps(strip(orjson.loads(line)["object"]))) for line in watch_lines(n)
+        )
+        budget_bytes = stripped // 10
+    gc.collect()
+    before = _status_kib("VmRSS")
+    store = Store(budget=BodyBudget(budget_bytes) if budget_bytes is not None else None)
+    store.start_list()
+    buffered = []
+    lines = watch_lines(n)
+    for _ in range(0, n, 500):  # one page decoded at a time, as the reflector reads them
+        page = orjson.loads(b"[" + b",".join(itertools.islice(lines, 500)) + b"]")
+        for event in page:
+            buffered.append(store.prepare(strip(event["object"]), buffered=True).drop_object())
+        del page
+    deltas = store.replace_prepared(buffered, str(100000 + n))
+    buffered.clear()
+    queue = _controller_queue()
+    handle = EnqueueRequestForObject().bind(queue)
+    for delta in deltas:
+        handle(delta, True)
+    del deltas
+    store.enforce_budget()
+    gc.collect()
+    assert len(store) == n and len(queue) == n
+    return {
+        "variant": variant,
+        "budget_bytes": budget_bytes,
+        "peak_per_object": (_status_kib("VmHWM") - before) * 1024 / n,
+        "end_per_object": (_status_kib("VmRSS") - before) * 1024 / n,
+    }
+
+
 def measure_throughput(n: int) -> dict[str, float]:
     lines = list(watch_lines(n))
     t0 = time.perf_counter()
@@ -202,11 +274,16 @@ def run_child(args: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=100_000, help="objects per variant")
-    parser.add_argument("--child", choices=[*VARIANTS, "throughput"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=[*VARIANTS, *SYNC_VARIANTS, "throughput"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     n = args.objects
     if args.child == "throughput":
         print(json.dumps(measure_throughput(n)))
+        return
+    if args.child in SYNC_VARIANTS:
+        print(json.dumps(measure_sync_peak(args.child, n)))
         return
     if args.child:
         print(json.dumps(measure_memory(args.child, n)))
@@ -225,6 +302,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  decode (orjson.loads of watch lines)      {t['decode']:>10,.0f} events/s")
     print(f"  decode -> strip managedFields -> apply    {t['decode_strip_apply']:>10,.0f} events/s")
     print(f"  decode -> strip -> plain dict cache       {t['decode_strip_dict']:>10,.0f} events/s")
+    print("\nan initial list, swapped in and queued (RSS above the process before it / N):")
+    for variant in SYNC_VARIANTS:
+        r = run_child(["--objects", str(n), "--child", variant])
+        budget = f"budget {r['budget_bytes'] / 2**20:.1f} MiB" if r["budget_bytes"] else ""
+        peak, after = r["peak_per_object"], r["end_per_object"]
+        print(f"  {variant:<12} peak {peak:>6.0f} B, after {after:>6.0f} B {budget}")
 
 
 if __name__ == "__main__":

@@ -168,6 +168,7 @@ class Cache:
         self.factory = factory
         # One budget shared by every kind without a memory_limit of its own.
         self.budget = BodyBudget(memory_limit) if memory_limit is not None else None
+        self._budgets: dict[KindKey, BodyBudget] = {}  # the kinds with a memory_limit
         self.namespaces = tuple(namespaces) if namespaces else None
         self.by_object = dict(by_object or {})
         self.start_timeout = start_timeout
@@ -214,11 +215,7 @@ class Cache:
                 scope = options.namespaces or self.namespaces
                 if scope:
                     namespaces = list(scope)
-            budget = (
-                BodyBudget(options.memory_limit)
-                if options.memory_limit is not None
-                else self.budget
-            )
+            budget = self.budget_for(api_version, kind)
             entry = KindInformers(
                 resource,
                 label_selector=(
@@ -239,8 +236,46 @@ class Cache:
                 )
             self._kinds[key] = entry
             self._holders[key] = {holder}
-            _count_bytes(entry)
+            self._count_bytes(resource)
             return entry
+
+    def budget_for(
+        self, api_version: str | type[Resource], kind: str | None = None
+    ) -> BodyBudget | None:
+        """The body budget of ``kind``'s informers: its own (``ByObject(memory_limit=)``,
+        one per kind, shared by the kind's informers, e.g. one per namespace or per shard
+        slot), else the cache's overall one, else ``None`` (unbounded)."""
+        _, api_version, kind, _ = split_target(api_version, kind, None, method="Cache.budget_for")
+        key = (api_version, kind)
+        options = self.by_object.get(key)
+        if options is None or options.memory_limit is None:
+            return self.budget
+        budget = self._budgets.get(key)
+        if budget is None:
+            budget = self._budgets[key] = BodyBudget(options.memory_limit)
+        return budget
+
+    def _count_bytes(self, resource: ResourceInfo) -> None:
+        """``cache_bytes{group, kind}`` from this cache's stores of the kind, at scrape time
+        (the cache held weakly). Every version of a group and kind counts in one series."""
+        ref = weakref.ref(self)
+        group, kind = resource.group, resource.kind
+
+        def held() -> float:
+            cache = ref()
+            if cache is None:
+                return 0.0
+            return float(sum(s.held_bytes() for s in cache._stores_of(group, kind)))
+
+        _metrics.CACHE_BYTES.labels(group, kind).set_function(held)
+
+    def _stores_of(self, group: str, kind: str) -> builtins.list[Store]:
+        return [
+            store
+            for entry in list(self._kinds.values())
+            if entry.resource.group == group and entry.resource.kind == kind
+            for store in entry.stores
+        ]
 
     async def release(
         self,
@@ -272,8 +307,14 @@ class Cache:
             return False
         del self._holders[key]
         entry = self._kinds.pop(key)
-        with contextlib.suppress(KeyError):
-            _metrics.CACHE_BYTES.remove(entry.resource.kind)
+        resource = entry.resource
+        if not any(
+            (e.resource.group, e.resource.kind) == (resource.group, resource.kind)
+            for e in self._kinds.values()
+        ):  # the last cached version of this group and kind: its series go
+            with contextlib.suppress(KeyError):
+                _metrics.CACHE_BYTES.remove(resource.group, resource.kind)
+            _metrics.CACHE_FETCH_ON_MISS.remove(resource.group, resource.kind)
         for informer in entry.informers.values():
             await self.factory.release(informer, (self, key))
         entry.informers.clear()
@@ -321,6 +362,7 @@ class Cache:
                 "kind to be cached by its shards only (do not also watch it unsharded)"
             )
         self._kinds[key] = entry
+        self._count_bytes(entry.resource)
 
     def watched(
         self, api_version: str | type[Resource], kind: str | None = None
@@ -463,6 +505,40 @@ class Cache:
             return [adopt(cls, obj) for obj in out]
         return out
 
+    def list_held(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: LabelSelector | str | None = None,
+    ) -> tuple[builtins.list[dict[str, Any]], builtins.list[Request]]:
+        """:meth:`list` for synchronous readers (map functions, handlers, predicates), which
+        cannot fetch: the matching objects whose bodies the cache holds, and the requests
+        (namespace, name) of the matching ones it holds as metadata only (a memory budget
+        evicted their bodies; label selectors match on the metadata kept). Never raises
+        :class:`EvictedBodyError`; without a budget the second list is always empty. A map
+        function that filters on a body field cannot tell for the second list: enqueueing
+        them is the safe answer (each reconcile reads its object whole, through the
+        client)."""
+        entry = self._entry(api_version, kind, namespace, listing=True)
+        selector = (
+            LabelSelector.parse(label_selector)
+            if isinstance(label_selector, str)
+            else label_selector
+        )
+        bodies: builtins.list[dict[str, Any]] = []
+        evicted: builtins.list[Request] = []
+        for informer in entry.informers_for(namespace):
+            held, keys = informer.store.list_held(
+                namespace=namespace if entry.resource.namespaced else None, selector=selector
+            )
+            bodies.extend(held)
+            for key, _ in keys:
+                ns, _, name = key.rpartition("/")
+                evicted.append(Request(ns, name))
+        return bodies, evicted
+
     async def get_or_fetch(
         self, api_version: str, kind: str, *, name: str, namespace: str | None
     ) -> dict[str, Any]:
@@ -524,7 +600,7 @@ class Cache:
         resource = entry.resource
         path = resource.path(namespace if resource.namespaced else None, name)
         params = {"resourceVersion": held} if held else None
-        _metrics.CACHE_FETCH_ON_MISS.labels(resource.kind).inc()
+        _metrics.CACHE_FETCH_ON_MISS.labels(resource.group, resource.kind).inc()
         response = await self.factory.transport.request("GET", path, params=params)
         obj: dict[str, Any] = response.json()
         obj.setdefault("apiVersion", resource.api_version)
@@ -539,11 +615,16 @@ class Cache:
                 method="GET",
                 path=path,
             )
-        informer = entry.informer_for(namespace if resource.namespaced else None)
+        key = f"{namespace}/{name}" if resource.namespaced and namespace else name
+        # The informer holding the key (with shards, one of several), for its transform and
+        # to hold the body again.
+        candidates = entry.informers_for(namespace if resource.namespaced else None)
+        informer = next((i for i in candidates if key in i.store), None)
+        if informer is None:
+            informer = entry.informer_for(namespace if resource.namespaced else None)
         if informer is not None:
             if informer.transform is not None:
                 obj = informer.transform(obj)
-            key = f"{namespace}/{name}" if resource.namespaced and namespace else name
             informer.store.readmit(key, orjson.dumps(obj))
         return obj
 
@@ -573,17 +654,6 @@ class Cache:
     async def stop(self) -> None:
         """Stop every informer, held or not (what they cached stays readable)."""
         await self.factory.stop()
-
-
-def _count_bytes(entry: KindInformers) -> None:
-    """``cache_bytes{kind}`` from ``entry``'s stores at scrape time (held weakly)."""
-    ref = weakref.ref(entry)
-
-    def held() -> float:
-        alive = ref()
-        return float(sum(s.held_bytes() for s in alive.stores)) if alive is not None else 0.0
-
-    _metrics.CACHE_BYTES.labels(entry.resource.kind).set_function(held)
 
 
 class _Reader:

@@ -69,6 +69,7 @@ from controller_runtime.predicates import PredicateLike
 from controller_runtime.ratelimiter import RateLimiter, default_controller_rate_limiter
 from controller_runtime.reconcile import (
     CURRENT_RECONCILE,
+    REQUEST_KEYS,
     ConsistencyGuard,
     OwnWriteRecorder,
     ReconcileContext,
@@ -309,6 +310,7 @@ class Controller:
                 if options.rate_limiter is not None
                 else default_controller_rate_limiter()
             ),
+            keys=REQUEST_KEYS,
         )
         self._registrations: list[Registration] = []
         self._read_only: list[SharedInformer] = []  # cached for reads; they queue nothing

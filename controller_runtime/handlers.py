@@ -22,12 +22,13 @@ default), :class:`EnqueueRequestsFromMapFunc`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from controller_runtime.predicates import PredicateLike, combine
-from controller_runtime.reconcile import Request
-from controller_runtime.workqueue import LOW_PRIORITY
+from controller_runtime.reconcile import REQUEST_KEYS, Request, request_key
+from controller_runtime.workqueue import LOW_PRIORITY, WorkQueue
 from informers.store import MODIFIED, StoreDelta
 
 # What a controller author uses (all of it re-exported by ``controller_runtime``);
@@ -90,7 +91,8 @@ class EventHandler:
 def _request_from_key(key: str) -> Request:
     """The request for a store key (``namespace/name``, or ``name`` if cluster-scoped)."""
     namespace, _, name = key.rpartition("/")
-    return Request(namespace, name)
+    # Interned: every queued request of a namespace shares one string (~70 B each otherwise).
+    return Request(sys.intern(namespace), name)
 
 
 class EnqueueRequestForObject(EventHandler):
@@ -103,13 +105,31 @@ class EnqueueRequestForObject(EventHandler):
         # The hottest handler: specialised so that an event costs one call, no iterator, and
         # reads only the delta's key: objects of an initial list are never decoded for it.
         check = combine(predicates)
+        if isinstance(queue, WorkQueue) and queue.keys is REQUEST_KEYS:
+            # A controller's queue holds requests as store keys: queue the store's own key
+            # string, so a queued request costs no object of its own.
+            add_key = queue.add_key
+
+            def handle_key(delta: StoreDelta, initial: bool) -> None:
+                if check is not None and not check(delta):
+                    return
+                key = delta.key
+                add_key(
+                    # A key starting with "/" names no object an API server accepts, and is
+                    # not the key of the request it stands for (see REQUEST_KEYS).
+                    request_key(_request_from_key(key)) if key.startswith("/") else key,
+                    priority=LOW_PRIORITY if initial else 0,
+                )
+
+            return handle_key
         add = queue.add
+        intern = sys.intern  # see _request_from_key
 
         def handle(delta: StoreDelta, initial: bool) -> None:
             if check is not None and not check(delta):
                 return
             namespace, _, name = delta.key.rpartition("/")
-            add(Request(namespace, name), priority=LOW_PRIORITY if initial else 0)
+            add(Request(intern(namespace), name), priority=LOW_PRIORITY if initial else 0)
 
         return handle
 

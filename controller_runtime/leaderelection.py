@@ -284,7 +284,17 @@ class LeaderElector:
         }
         try:
             async with asyncio.timeout(self.attempt_timeout):
-                await self._put(spec)
+                try:
+                    await self._put(spec)
+                except ConflictError:
+                    # A renewal cancelled in flight may have landed after all, moving the
+                    # Lease's resourceVersion on: read it again, and release it with the new
+                    # one if it is still ours (never someone else's).
+                    lease = await self.transport.get_json(self._path)
+                    if (lease.get("spec") or {}).get("holderIdentity") != self.config.identity:
+                        raise
+                    self._lease_rv = lease["metadata"]["resourceVersion"]
+                    await self._put({**lease["spec"], **_released(spec)})
         except TimeoutError:
             log.warning(
                 "could not release the lease %s: no answer within %.1fs; the follower takes "
@@ -388,3 +398,9 @@ class LeaderElector:
         ).json()
         self._lease_rv = answer["metadata"]["resourceVersion"]
         return answer
+
+
+def _released(spec: dict[str, Any]) -> dict[str, Any]:
+    """The fields a release sets: no holder, a 1 s duration, the times of the release."""
+    keys = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime")
+    return {key: spec[key] for key in keys}

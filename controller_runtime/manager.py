@@ -353,14 +353,18 @@ class Manager:
         """Stop ``controller`` and forget it; the manager runs on. Its handlers leave the
         shared informers, in-flight reconciles get ``drain_timeout`` seconds (default: the
         manager's ``graceful_shutdown_timeout``), and the kinds no other controller or reader
-        holds stop being watched (see :mod:`controller_runtime.cache`). The same as
-        ``controller.stop()``. Returns whether every in-flight reconcile finished in time."""
+        holds stop being watched (see :mod:`controller_runtime.cache`), and its metric
+        series (``controller_runtime_*{controller}``, ``workqueue_*{name}``) are removed.
+        The same as ``controller.stop()``. Returns whether every in-flight reconcile
+        finished in time."""
         timeout = self.options.graceful_shutdown_timeout if drain_timeout is None else drain_timeout
         return await controller.stop(timeout)
 
     def _forget(self, controller: Controller) -> None:
         if controller in self.controllers:
             self.controllers.remove(controller)
+        if not self.stopping:  # stopped at run time: its metric series go with it
+            cr_metrics.remove_controller_series(controller.name, controller.queue)
 
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._healthz[name] = check
@@ -684,11 +688,15 @@ def install_event_loop(choice: str | None = None) -> str:
     """Pick the event loop for :func:`asyncio.run`: ``choice``, else ``$CRPY_EVENT_LOOP``,
     else ``"asyncio"`` (the standard library's). Returns the loop in use.
 
-    The standard loop is the default because uvloop (0.23.0, under aiohttp) was seen to abort
-    the process (``Fatal Python error: Aborted`` from libuv) during API-server restarts with
-    many requests in flight (docs/reliability.md, "The event loop"); ``uvloop`` opts back in
-    for its speed (docs/benchmarks.md measures the difference). ``uvloop`` when it is not
-    installed falls back to ``asyncio`` with a warning; any other value is a ``ValueError``.
+    The standard loop is the default because uvloop (0.23.0, libuv 1.52.1) aborts the process
+    (``Fatal Python error: Aborted``, in ``uv__epoll_ctl_flush``) when a descriptor it watches
+    was closed behind its back, which API-server restarts with many requests in flight were
+    seen to cause, where asyncio's loop raises ``OSError`` (docs/reliability.md, "The event
+    loop"); ``uvloop`` opts back in.
+    It buys no speed here: on the core and restart benchmarks asyncio's loop used 7-14 % less
+    CPU than uvloop for the same work (docs/benchmarks.md, "asyncio's event loop beside
+    uvloop"). ``uvloop`` when it is not installed falls back to ``asyncio`` with a warning; any
+    other value is a ``ValueError``.
     """
     wanted = (choice if choice is not None else os.environ.get(EVENT_LOOP_ENV, "")).strip()
     wanted = wanted.lower() or "asyncio"

@@ -11,6 +11,7 @@ path) and keeps the child.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol
@@ -256,17 +257,23 @@ STALE_SKIPS = Counter(
 
 # --- The cache's memory budget ------------------------------------------------------------------
 
+# Labelled by API group (``""`` for the core group) and kind, so a Kind served by two groups
+# has two series. A kind's series are removed when the cache stops watching it.
+
+CACHE_LABELS = ("group", "kind")
+
 CACHE_BYTES = Gauge(
     "cache_bytes",
-    "Encoded bytes the cache holds per kind: full bodies, and the metadata of objects whose "
-    "body a memory budget evicted (read at scrape time)",
-    ("kind",),
+    "Encoded bytes the cache holds per group and kind: full bodies, and the metadata of "
+    "objects whose body a memory budget evicted (read at scrape time)",
+    CACHE_LABELS,
     registry=REGISTRY,
 )
 CACHE_FETCH_ON_MISS = Counter(
     "cache_fetch_on_miss_total",
-    "Cached reads answered by a live GET because the memory budget had evicted the body, per kind",
-    ("kind",),
+    "Cached reads answered by a live GET because the memory budget had evicted the body, "
+    "per group and kind",
+    CACHE_LABELS,
     registry=REGISTRY,
 )
 
@@ -358,3 +365,35 @@ def controller_metrics(
         stale_skips=STALE_SKIPS.labels(controller).inc,
         reconcile_time=RECONCILE_TIME.labels(controller).observe,
     )
+
+
+def remove_controller_series(controller: str, queue: WorkqueueGaugeSource | None = None) -> None:
+    """Drop every series of ``controller`` (its ``controller_runtime_*`` ones) and, given its
+    work queue, the queue's (``workqueue_*{name, controller}``): for a controller stopped
+    while the process runs on, so that a controller per CRD does not leave series behind
+    for every CRD it ever served. A controller of the same name made later starts its
+    series at 0 again (Prometheus reads that as a counter reset)."""
+    for result in RECONCILE_RESULTS:
+        RECONCILE_TOTAL.remove(controller, result)
+    for family in (
+        RECONCILE_ERRORS,
+        TERMINAL_RECONCILE_ERRORS,
+        RECONCILE_PANICS,
+        RECONCILE_TIMEOUTS,
+        RECONCILE_TIME,
+        STALE_SKIPS,
+    ):
+        family.remove(controller)
+    for gauge in (ACTIVE_WORKERS, MAX_CONCURRENT_RECONCILES):
+        with contextlib.suppress(KeyError):
+            gauge.remove(controller)
+    if queue is not None:
+        WORKQUEUE_GAUGES.untrack(queue)
+        g = queue.metric_gauges()
+        for queue_family in (
+            WORKQUEUE_ADDS,
+            WORKQUEUE_RETRIES,
+            WORKQUEUE_QUEUE_DURATION,
+            WORKQUEUE_WORK_DURATION,
+        ):
+            queue_family.remove(g.name, g.controller)

@@ -13,7 +13,9 @@ and one :class:`~controller_runtime.controller.Controller` (work queue and worke
 Reads of the sharded kind through the manager's cache and client see the objects of the slots
 this replica owns (and nothing else: a read of an object of another slot is a "not found").
 The cache's namespace scope (``namespaces``, or ``by_object`` for the kind) applies: one
-informer per slot and namespace.
+informer per slot and namespace. So does its memory budget (``ByObject(memory_limit=)`` for
+the kind, else the cache's overall one): one budget spans every slot of the kind, and the
+client fetches an evicted body as for an unsharded kind.
 ``max_concurrent_reconciles`` applies per slot.
 """
 
@@ -123,9 +125,14 @@ class ShardedController:
             fence=self.ring.slot_fence(slot),
         )
         self.controllers[slot] = controller
+        budget = self.cache.budget_for(self.api_version, self.kind)
         for namespace in self._namespaces():
             informer = await self.cache.factory.informer(
-                self.api_version, self.kind, namespace=namespace, shard_selector=selector
+                self.api_version,
+                self.kind,
+                namespace=namespace,
+                shard_selector=selector,
+                budget=budget,
             )
             self.entry.informers[_informer_key(slot, namespace)] = informer
             controller.watch(informer, EnqueueRequestForObject(), self.predicates)

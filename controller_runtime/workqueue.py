@@ -31,17 +31,26 @@ Guarantees of :class:`WorkQueue`:
 - **No memory of the past.** Once an item has been handed out and marked done (and, if it
   was rate limited, forgotten), the queue holds no reference to it: memory is proportional
   to the items queued or in flight now, never to the number of distinct keys ever seen.
-  (Stale heap entries may outlive their item for a while, but they no longer point at it.)
+  (Stale lane slots may outlive their item for a while, but they no longer point at it.)
 
 Metrics count as controller-runtime's priority queue does: ``workqueue_adds_total`` counts an
 add when the item becomes ready, or at once when it is added while being processed;
 ``workqueue_retries_total`` counts every add with a positive delay (:meth:`WorkQueue.add_after`
 and :meth:`WorkQueue.add_rate_limited`). client-go also counts ``AddAfter`` with a zero delay.
 
-Costs: O(log n) per add, delayed add and get (binary heaps with lazy deletion; stale heap
-entries are compacted away once they outnumber live ones, and dropped at once whenever no
-item is ready), O(1) per ``done`` unless it re-queues the item. About 300 B of Python heap
-per queued key, besides the key itself.
+Costs: items are kept in *lanes* (one per priority level in use, one by age for the fairness
+turns, one for delayed items), each a deque of entries in order plus a heap for the entries
+that arrive out of order. An add at the current time is in order, so an add, and a hand-out
+of the head of the highest non-empty level, is O(1) (plus O(levels) to find that level); an
+item that becomes ready with a ready time in the past (a delay or a parked re-add whose time
+has come), a raised priority, and a delay shorter than those queued before it cost O(log n).
+Deletion is lazy: stale slots are compacted away once they outnumber live ones by 2048, and
+dropped at once whenever no item is ready. ``done`` is O(1) unless it re-queues the item.
+Memory: about 190 B per queued key besides the key itself (an entry of six slots, its
+ready time and add order, a slot in the queue's table and two deque slots), whether ready
+or delayed; a controller's queue holds its requests as their store keys (:class:`ItemKeys`),
+so a request queued from an informer costs nothing more (``python -m bench.queue_memory``).
+The rate limiter holds nothing for an item until it fails.
 
 Caveats: a queue belongs to one event loop and is not thread-safe; from another thread, use
 ``loop.call_soon_threadsafe(queue.add, item)``. Items must be hashable and should be small
@@ -57,7 +66,8 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
 from controller_runtime import metrics as _metrics
 from controller_runtime.ratelimiter import RateLimiter, default_controller_rate_limiter
@@ -65,6 +75,7 @@ from controller_runtime.ratelimiter import RateLimiter, default_controller_rate_
 __all__ = [
     "DEFAULT_OLDEST_EVERY",
     "LOW_PRIORITY",
+    "ItemKeys",
     "QueueShutDownError",
     "WorkQueue",
 ]
@@ -87,28 +98,194 @@ _COMPACT_SLACK = 1024
 _MIN_TIMER_DELAY = 0.001
 
 # Entry states. An entry lives from the first add of an item until it is handed out.
-_WAITING = 0  # in the waiting heap until its ready time
-_READY = 1  # in the ready heap (and the FIFO heap)
+_WAITING = 0  # in the waiting lane until its ready time
+_READY = 1  # in the lane of its priority (and the FIFO lane)
 _PARKED = 2  # added while being processed; queued again by done()
-_GONE = 3  # handed out or dropped by shutdown
+_GONE = 3  # handed out, replaced, or dropped by shutdown
 
 
 class QueueShutDownError(Exception):
     """Raised by :meth:`WorkQueue.get` once the queue is shut down: the worker should exit."""
 
 
-class _Entry(Generic[T]):
+@dataclass(frozen=True, slots=True)
+class ItemKeys(Generic[T]):
+    """How a queue keys its items: it holds ``key_of(item)`` and hands out ``item_of(key)``.
+
+    For items with a more compact equivalent than themselves: a controller's
+    :class:`~controller_runtime.reconcile.Request` (a tuple of two strings) is held as its
+    informer store key (``"namespace/name"``), see
+    :data:`~controller_runtime.reconcile.REQUEST_KEYS`; a caller that already holds such a key
+    (an event handler, from the store) queues it with :meth:`WorkQueue.add_key`, and the
+    queued item then costs no object of its own. Items are deduplicated, serialised and rate
+    limited exactly as if they were held as themselves, provided that ``key_of`` maps equal
+    items, and only those, to equal keys, and ``item_of(key_of(item)) == item``. The rate
+    limiter still sees the items.
+    """
+
+    key_of: Callable[[T], Hashable]
+    item_of: Callable[[Any], T]
+
+
+class _Entry:
     __slots__ = ("counted", "key", "priority", "ready_at", "seq", "state")
 
-    def __init__(self, key: T, priority: int, ready_at: float, seq: int, state: int) -> None:
-        # The key is dropped (None) once the entry is handed out, so that stale heap tuples
+    def __init__(self, key: Hashable, priority: int, ready_at: float, seq: int, state: int) -> None:
+        # The key is dropped (None) once the entry is handed out, so that stale lane slots
         # pointing at the entry never keep the item alive.
-        self.key: T | None = key
+        self.key: Hashable | None = key
         self.priority = priority
         self.ready_at = ready_at
         self.seq = seq
         self.state = state
         self.counted = False  # counted in workqueue_adds_total
+
+
+class _Lane:
+    """Entries in order of rank, smallest first: the ready items of one priority, the ready
+    items by age (the fairness turn), or the waiting items.
+
+    An entry's rank is its ``(ready_at, seq)``, or one given at the push (a raised priority).
+    Entries pushed in rank order, each ranking after the last one pushed, are appended to
+    ``inorder``: an add at the current time always does, so the common case costs one slot
+    of a deque and no tuple. The others (an item whose delay or parking ended in the past,
+    a raised priority) go to ``late``, a heap of ``(rank_at, rank_seq, entry)``. The smallest
+    live entry is at the head of one of the two.
+
+    Deletion is lazy: a slot is live while its entry is in the lane's ``state`` (and, for the
+    lane of a priority, still has that ``priority``); ``live`` counts the live slots. An entry
+    never changes its rank while it has a live slot (a waiting item given an earlier ready
+    time gets a new entry), and it has at most one live slot per lane.
+    """
+
+    __slots__ = ("inorder", "last_at", "last_seq", "late", "live", "priority", "state")
+
+    def __init__(self, state: int, priority: int | None = None) -> None:
+        self.inorder: deque[_Entry] = deque()
+        self.late: list[tuple[float, int, _Entry]] = []
+        self.last_at = 0.0  # rank of the last entry appended to ``inorder``
+        self.last_seq = -1
+        self.live = 0
+        self.state = state
+        self.priority = priority
+
+    def __len__(self) -> int:
+        """Slots held, live or stale."""
+        return len(self.inorder) + len(self.late)
+
+    def push(self, entry: _Entry) -> None:
+        """Add ``entry`` at its own rank."""
+        at = entry.ready_at
+        seq = entry.seq
+        inorder = self.inorder
+        if not inorder or at > self.last_at or (at == self.last_at and seq > self.last_seq):
+            inorder.append(entry)
+            self.last_at = at
+            self.last_seq = seq
+        else:
+            heapq.heappush(self.late, (at, seq, entry))
+        self.live += 1
+
+    def push_ranked(self, entry: _Entry, at: float, seq: int) -> None:
+        """Add ``entry`` at the rank ``(at, seq)`` rather than its own."""
+        heapq.heappush(self.late, (at, seq, entry))
+        self.live += 1
+
+    def first_at(self) -> float:
+        """The rank time of the smallest live entry (there must be one)."""
+        self.drop_stale_heads()
+        inorder, late = self.inorder, self.late
+        if inorder:
+            at = inorder[0].ready_at
+            return min(at, late[0][0]) if late else at
+        return late[0][0]
+
+    def pop(self) -> _Entry:
+        """Remove and return the smallest live entry (there must be one)."""
+        state, priority = self.state, self.priority
+        inorder, late = self.inorder, self.late
+        while inorder:
+            entry = inorder[0]
+            if entry.state == state and (priority is None or entry.priority == priority):
+                break
+            inorder.popleft()
+        while late:
+            entry = late[0][2]
+            if entry.state == state and (priority is None or entry.priority == priority):
+                break
+            heapq.heappop(late)
+        self.live -= 1
+        if inorder:
+            if late:
+                entry = inorder[0]
+                t = late[0]
+                if t[0] < entry.ready_at or (t[0] == entry.ready_at and t[1] < entry.seq):
+                    return heapq.heappop(late)[2]
+            return inorder.popleft()
+        return heapq.heappop(late)[2]
+
+    def drop_stale_heads(self) -> None:
+        """Drop the stale slots at the heads of ``inorder`` and ``late``."""
+        state, priority = self.state, self.priority
+        inorder = self.inorder
+        while inorder:
+            entry = inorder[0]
+            if entry.state == state and (priority is None or entry.priority == priority):
+                break
+            inorder.popleft()
+        late = self.late
+        while late:
+            entry = late[0][2]
+            if entry.state == state and (priority is None or entry.priority == priority):
+                break
+            heapq.heappop(late)
+
+    def compact(self) -> None:
+        """Drop every stale slot."""
+        state, priority = self.state, self.priority
+        self.inorder = deque(
+            e for e in self.inorder if e.state == state and priority in (None, e.priority)
+        )
+        self.late = [
+            t for t in self.late if t[2].state == state and priority in (None, t[2].priority)
+        ]
+        heapq.heapify(self.late)
+
+    def clear(self) -> None:
+        """Drop every slot (the caller has made them all stale)."""
+        self.inorder.clear()
+        self.late.clear()
+        self.live = 0
+
+
+class _Levels:
+    """The ready entries by priority: a :class:`_Lane` per priority ever used, in ``order``
+    from the highest priority down. ``len()`` is the slots they hold, live or stale."""
+
+    __slots__ = ("lanes", "order")
+
+    def __init__(self) -> None:
+        self.lanes: dict[int, _Lane] = {}
+        self.order: list[_Lane] = []
+
+    def __len__(self) -> int:
+        return sum(len(lane.inorder) + len(lane.late) for lane in self.order)
+
+    def lane(self, priority: int) -> _Lane:
+        lane = self.lanes.get(priority)
+        if lane is None:
+            lane = self.lanes[priority] = _Lane(_READY, priority)
+            self.order.append(lane)
+            self.order.sort(key=lambda lane: -cast("int", lane.priority))
+        return lane
+
+    def compact(self) -> None:
+        for lane in self.order:
+            lane.compact()
+
+    def clear(self) -> None:
+        for lane in self.order:
+            lane.clear()
 
 
 class WorkQueue(Generic[T]):
@@ -126,6 +303,8 @@ class WorkQueue(Generic[T]):
             :data:`controller_runtime.metrics.REGISTRY` (default ``True``).
         clock: monotonic seconds, for ready times and metrics (default ``time.monotonic``).
             Timers are scheduled on the running loop for ``ready_at - clock()`` seconds.
+        keys: hold items as compact keys (:class:`ItemKeys`); ``None`` (default) holds the
+            items themselves.
 
     Shutdown differs from client-go's and follows controller-runtime's priority queue: after
     :meth:`shutdown`, ``get`` raises at once (queued items are dropped, not handed out), adds
@@ -143,6 +322,7 @@ class WorkQueue(Generic[T]):
         oldest_every: int | None = DEFAULT_OLDEST_EVERY,
         metrics: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        keys: ItemKeys[T] | None = None,
     ) -> None:
         if oldest_every is not None and oldest_every < 1:
             raise ValueError("oldest_every must be >= 1 or None")
@@ -151,20 +331,21 @@ class WorkQueue(Generic[T]):
         self.rate_limiter: RateLimiter[T] = (
             default_controller_rate_limiter(clock=clock) if rate_limiter is None else rate_limiter
         )
+        self.keys = keys
+        self._key_of = None if keys is None else keys.key_of
+        self._item_of = None if keys is None else keys.item_of
         self._oldest_every = oldest_every or 0
         self._clock = clock
 
-        self._entries: dict[T, _Entry[T]] = {}  # queued items: waiting, ready or parked
-        self._processing: dict[T, float] = {}  # handed out, not done: key -> time handed out
-        # Heaps with lazy deletion: a tuple is live only if its entry still matches it.
-        self._ready: list[tuple[int, float, int, _Entry[T]]] = []  # (-priority, ready_at, seq)
-        self._fifo: list[tuple[float, int, _Entry[T]]] = []  # (ready_at, seq)
-        self._waiting: list[tuple[float, int, _Entry[T]]] = []  # (ready_at, seq)
-        self._ready_stale = 0
-        self._fifo_stale = 0
-        self._waiting_stale = 0
+        # Keyed by an item's key: the item itself without ``keys`` (hence Any).
+        self._entries: dict[Any, _Entry] = {}  # queued items: waiting, ready or parked
+        self._processing: dict[Any, float] = {}  # handed out, not done: key -> time handed out
+        self._ready = _Levels()  # ready entries by priority
+        self._fifo = _Lane(_READY)  # ready entries by age, for the fairness turn
+        self._waiting = _Lane(_WAITING)  # waiting entries by ready time
+        # Upper bounds on the stale slots of each (see _compact_ready).
+        self._ready_stale = self._fifo_stale = self._waiting_stale = 0
         self._n_ready = 0
-        self._depth: dict[int, int] = {}  # ready items by priority
         self._seq = itertools.count()
         self._handouts = 0
 
@@ -194,29 +375,41 @@ class WorkQueue(Generic[T]):
         If it is already queued, it keeps the higher of the two priorities and becomes ready
         now if it was waiting. If it is being processed, it is queued again on ``done``.
         """
+        key_of = self._key_of
+        self.add_key(item if key_of is None else key_of(item), priority=priority)
+
+    def add_key(self, key: Hashable, *, priority: int = 0) -> None:
+        """:meth:`add` of the item whose key is ``key`` (``keys.key_of(item)``; the item
+        itself for a queue without :class:`ItemKeys`), for a caller that holds the key."""
         if self._shutting_down:
             return
-        entry = self._entries.get(item)
+        entry = self._entries.get(key)
         if entry is None:
             now = self._clock()
-            if item in self._processing:
-                parked = _Entry(item, priority, now, next(self._seq), _PARKED)
-                self._entries[item] = parked
+            if key in self._processing:
+                parked = _Entry(key, priority, now, next(self._seq), _PARKED)
+                self._entries[key] = parked
                 self._count_add(parked)
             else:
-                entry = _Entry(item, priority, now, next(self._seq), _READY)
-                self._entries[item] = entry
+                entry = _Entry(key, priority, now, next(self._seq), _READY)
+                self._entries[key] = entry
                 self._push_ready(entry)
             return
         state = entry.state
+        if state == _WAITING:
+            now = self._clock()
+            if entry.ready_at <= now:  # ready, though the timer has not moved it yet
+                self._promote(now)
+                state = _READY
         if state == _READY:
             if priority > entry.priority:
                 self._raise_ready_priority(entry, priority)
             return
         entry.priority = max(entry.priority, priority)
         if state == _WAITING:
+            self._waiting.live -= 1  # its slot there is stale from now on
             self._waiting_stale += 1
-            entry.ready_at = self._clock()
+            entry.ready_at = now
             self._push_ready(entry)
         else:  # parked: ready as soon as done() is called
             entry.ready_at = min(entry.ready_at, self._clock())
@@ -228,8 +421,10 @@ class WorkQueue(Generic[T]):
         A delay <= 0 is :meth:`add`. If the item is already queued, the earlier ready time and
         the higher priority win; a later, longer delay never postpones it.
         """
+        key_of = self._key_of
+        key = item if key_of is None else key_of(item)
         if not delay > 0:  # also catches NaN
-            self.add(item, priority=priority)
+            self.add_key(key, priority=priority)
             return
         if self._shutting_down:
             return
@@ -237,27 +432,16 @@ class WorkQueue(Generic[T]):
             self._m_retries()
         now = self._clock()
         ready_at = now + delay
-        entry = self._entries.get(item)
+        entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(item, priority, ready_at, next(self._seq), _WAITING)
-            self._entries[item] = entry
-            if item in self._processing:
+            entry = _Entry(key, priority, ready_at, next(self._seq), _WAITING)
+            self._entries[key] = entry
+            if key in self._processing:
                 entry.state = _PARKED
             else:
                 self._push_waiting(entry, now)
             return
-        if priority > entry.priority:
-            if entry.state == _READY:
-                self._raise_ready_priority(entry, priority)
-            else:
-                entry.priority = priority
-        if ready_at < entry.ready_at:
-            if entry.state == _WAITING:
-                self._waiting_stale += 1
-                entry.ready_at = ready_at
-                self._push_waiting(entry, now)
-            elif entry.state == _PARKED:
-                entry.ready_at = ready_at
+        self._merge_delayed(entry, ready_at, priority, now)
 
     def add_rate_limited(self, item: T, *, priority: int = 0) -> None:
         """Queue ``item`` after the delay its rate limiter gives (a retry if it is positive).
@@ -292,7 +476,7 @@ class WorkQueue(Generic[T]):
             taken = self._take()
             if taken is not None:
                 return taken
-            if self._waiting and self._timer is None:
+            if self._waiting.live and self._timer is None:
                 # Delayed adds made outside a running loop could not arm the timer.
                 self._arm_timer(self._clock())
             waiter = asyncio.get_running_loop().create_future()
@@ -325,13 +509,15 @@ class WorkQueue(Generic[T]):
         earliest delay asked for). Calling ``done`` for an item that is not being processed
         does nothing.
         """
-        start = self._processing.pop(item, None)
+        key_of = self._key_of
+        key = item if key_of is None else key_of(item)
+        start = self._processing.pop(key, None)
         if start is None:
             return
         now = self._clock()
         if self._m_work_duration is not None:
             self._m_work_duration(now - start)
-        entry = self._entries.get(item)
+        entry = self._entries.get(key)
         if entry is not None:
             # A re-add keeps the ready time it was made with (as in controller-runtime's
             # priority queue): it is served in order of when it was added, not of this done().
@@ -347,11 +533,10 @@ class WorkQueue(Generic[T]):
 
     def __len__(self) -> int:
         """The number of items ready to be handed out (not waiting, not being processed)."""
-        waiting = self._waiting
-        if waiting:
+        if self._waiting.live:
             # Count items whose delay has passed even if the timer has not fired yet.
             now = self._clock()
-            if waiting[0][0] <= now:
+            if self._waiting.first_at() <= now:
                 self._promote(now)
         return self._n_ready
 
@@ -365,7 +550,7 @@ class WorkQueue(Generic[T]):
 
         O(priority levels + items in flight). Safe to call from another thread on CPython.
         """
-        depth = dict(self._depth)
+        depth = {cast("int", lane.priority): lane.live for lane in tuple(self._ready.order)}
         starts = tuple(self._processing.values())
         now = self._clock()
         return _metrics.WorkqueueGauges(
@@ -403,8 +588,6 @@ class WorkQueue(Generic[T]):
         self._fifo.clear()
         self._waiting.clear()
         self._ready_stale = self._fifo_stale = self._waiting_stale = self._n_ready = 0
-        for priority in self._depth:
-            self._depth[priority] = 0
         while self._getters:
             waiter = self._getters.popleft()
             if not waiter.done():
@@ -431,62 +614,89 @@ class WorkQueue(Generic[T]):
 
     # --- internals --------------------------------------------------------------------------
 
-    def _count_add(self, entry: _Entry[T]) -> None:
+    def _count_add(self, entry: _Entry) -> None:
         if not entry.counted:
             entry.counted = True
             if self._m_adds is not None:
                 self._m_adds()
 
-    def _push_ready(self, entry: _Entry[T]) -> None:
+    def _merge_delayed(self, entry: _Entry, ready_at: float, priority: int, now: float) -> None:
+        """A delayed add of a queued item: the higher priority and the earlier ready time win."""
+        if entry.state == _WAITING and entry.ready_at <= now:
+            self._promote(now)  # ready, though the timer has not moved it yet
+        if priority > entry.priority:
+            if entry.state == _READY:
+                self._raise_ready_priority(entry, priority)
+            else:
+                entry.priority = priority
+        if ready_at < entry.ready_at:
+            if entry.state == _WAITING:
+                # Its slot keeps the later rank: a new entry takes its place (and its seq).
+                earlier = _Entry(entry.key, entry.priority, ready_at, entry.seq, _WAITING)
+                entry.state = _GONE
+                entry.key = None
+                self._entries[earlier.key] = earlier
+                self._waiting.live -= 1
+                self._waiting_stale += 1
+                self._push_waiting(earlier, now)
+            elif entry.state == _PARKED:
+                entry.ready_at = ready_at
+
+    def _push_ready(self, entry: _Entry) -> None:
         entry.state = _READY
-        heapq.heappush(self._ready, (-entry.priority, entry.ready_at, entry.seq, entry))
+        lane = self._ready.lanes.get(entry.priority)
+        if lane is None:
+            lane = self._ready.lane(entry.priority)
+        lane.push(entry)
         if self._oldest_every:
-            heapq.heappush(self._fifo, (entry.ready_at, entry.seq, entry))
+            self._fifo.push(entry)
         self._n_ready += 1
-        self._depth[entry.priority] = self._depth.get(entry.priority, 0) + 1
         if not entry.counted:
             self._count_add(entry)
         if self._getters:
             self._wake_one()
 
-    def _raise_ready_priority(self, entry: _Entry[T], priority: int) -> None:
+    def _raise_ready_priority(self, entry: _Entry, priority: int) -> None:
         """Move a ready entry to the end of a higher priority level. Its ready time (for
         fairness turns and the queue-duration metric) is unchanged."""
-        self._depth[entry.priority] -= 1
-        self._depth[priority] = self._depth.get(priority, 0) + 1
+        levels = self._ready
+        levels.lanes[entry.priority].live -= 1  # its slot there is stale from now on
+        self._ready_stale += 1
         entry.priority = priority
         ranked_at = max(self._clock(), entry.ready_at)
-        heapq.heappush(self._ready, (-priority, ranked_at, next(self._seq), entry))
-        self._ready_stale += 1
-        self._compact_ready_heaps()
+        levels.lane(priority).push_ranked(entry, ranked_at, next(self._seq))
+        self._compact_ready()
 
-    def _push_waiting(self, entry: _Entry[T], now: float) -> None:
+    def _push_waiting(self, entry: _Entry, now: float) -> None:
         entry.state = _WAITING
-        heapq.heappush(self._waiting, (entry.ready_at, entry.seq, entry))
+        waiting = self._waiting
+        waiting.push(entry)
         if self._timer is None or entry.ready_at < self._timer_at:
             self._arm_timer(now)
-        if self._waiting_stale > _COMPACT_SLACK + (len(self._waiting) >> 1):
-            self._waiting = [t for t in self._waiting if _live_waiting(t)]
-            heapq.heapify(self._waiting)
-            self._waiting_stale = 0
+        if self._waiting_stale > waiting.live + 2 * _COMPACT_SLACK:
+            stale = len(waiting) - waiting.live
+            if stale > waiting.live + 2 * _COMPACT_SLACK:
+                waiting.compact()
+                stale = 0
+            self._waiting_stale = stale
 
     def _arm_timer(self, now: float) -> None:
         """Point the single timer at the earliest live waiting item (or disarm it)."""
-        waiting = self._waiting
-        while waiting and not _live_waiting(waiting[0]):
-            heapq.heappop(waiting)
-            self._waiting_stale -= 1
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not waiting:
+        waiting = self._waiting
+        if not waiting.live:
+            waiting.clear()
+            self._waiting_stale = 0
             return
+        at = waiting.first_at()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop yet: get() arms the timer before it blocks
-        self._timer_at = waiting[0][0]
-        self._timer = loop.call_later(max(self._timer_at - now, _MIN_TIMER_DELAY), self._on_timer)
+        self._timer_at = at
+        self._timer = loop.call_later(max(at - now, _MIN_TIMER_DELAY), self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -495,70 +705,71 @@ class WorkQueue(Generic[T]):
         self._arm_timer(now)
 
     def _promote(self, now: float) -> None:
-        """Move every waiting item whose ready time has come to the ready heap."""
+        """Move every waiting item whose ready time has come to the ready lanes."""
         waiting = self._waiting
-        while waiting and waiting[0][0] <= now:
-            t = heapq.heappop(waiting)
-            if _live_waiting(t):
-                self._push_ready(t[2])
-            else:
-                self._waiting_stale -= 1
+        while waiting.live and waiting.first_at() <= now:
+            self._push_ready(waiting.pop())
 
-    # The hand-out path of every reconcile, kept in one function on purpose (no extra calls).
-    def _take(self) -> tuple[T, int] | None:  # noqa: PLR0912
+    # The hand-out path of every reconcile, kept in one function on purpose (few calls).
+    def _take(self) -> tuple[T, int] | None:
         if self._shutting_down:
             raise QueueShutDownError(f"work queue {self.name!r} is shut down")
         now = self._clock()
-        if self._waiting and self._waiting[0][0] <= now:
+        waiting = self._waiting
+        if waiting.live and waiting.first_at() <= now:
             self._promote(now)
         if not self._n_ready:
             return None
         self._handouts += 1
         if self._oldest_every and self._handouts % self._oldest_every == 0:
-            fifo = self._fifo
-            while True:
-                entry = heapq.heappop(fifo)[2]
-                if entry.state == _READY:
-                    break
-                self._fifo_stale -= 1
+            entry = self._fifo.pop()
+            self._ready.lanes[entry.priority].live -= 1  # its slot there is stale from now on
             self._ready_stale += 1
         else:
-            ready = self._ready
-            while True:
-                neg_priority, _, _, entry = heapq.heappop(ready)
-                if entry.state == _READY and entry.priority == -neg_priority:
+            for lane in self._ready.order:  # the highest priority with an item ready
+                if lane.live:
                     break
-                self._ready_stale -= 1
+            entry = lane.pop()
             if self._oldest_every:
+                self._fifo.live -= 1  # its slot there is stale from now on
                 self._fifo_stale += 1
-        key = cast("T", entry.key)
+        key = entry.key
         entry.state = _GONE
         entry.key = None
         del self._entries[key]
-        self._n_ready -= 1
-        self._depth[entry.priority] -= 1
+        n_ready = self._n_ready = self._n_ready - 1
         self._processing[key] = now
         if self._m_queue_duration is not None:
             self._m_queue_duration(now - entry.ready_at)
-        if self._n_ready:
-            self._compact_ready_heaps()
-        else:  # every tuple left in the ready heaps is stale: drop them all
+        if not n_ready:  # every slot left in the ready lanes is stale: drop them all
             self._ready.clear()
             self._fifo.clear()
             self._ready_stale = self._fifo_stale = 0
-        return key, entry.priority
+        elif (
+            self._ready_stale > n_ready + 2 * _COMPACT_SLACK
+            or self._fifo_stale > n_ready + 2 * _COMPACT_SLACK
+        ):
+            self._compact_ready()
+        item_of = self._item_of
+        return (cast("T", key) if item_of is None else item_of(key)), entry.priority
 
-    def _compact_ready_heaps(self) -> None:
-        if self._ready_stale > _COMPACT_SLACK + (len(self._ready) >> 1):
-            self._ready = [
-                t for t in self._ready if t[3].state == _READY and -t[0] == t[3].priority
-            ]
-            heapq.heapify(self._ready)
-            self._ready_stale = 0
-        if self._fifo_stale > _COMPACT_SLACK + (len(self._fifo) >> 1):
-            self._fifo = [t for t in self._fifo if t[2].state == _READY]
-            heapq.heapify(self._fifo)
-            self._fifo_stale = 0
+    def _compact_ready(self) -> None:
+        """Compact the ready lanes, or the FIFO lane, if their stale slots outnumber their
+        live ones by more than ``2 * _COMPACT_SLACK`` (O(1) amortised: the ``*_stale``
+        counters bound the stale slots from above, so the exact count is rarely needed)."""
+        limit = self._n_ready + 2 * _COMPACT_SLACK
+        if self._ready_stale > limit:
+            stale = len(self._ready) - self._n_ready
+            if stale > limit:
+                self._ready.compact()
+                stale = 0
+            self._ready_stale = stale
+        if self._fifo_stale > limit:
+            stale = len(self._fifo) - self._n_ready
+            if stale > limit:
+                self._fifo.compact()
+                stale = 0
+            self._fifo_stale = stale
 
     def _wake_one(self) -> None:
         getters = self._getters
@@ -571,8 +782,3 @@ class WorkQueue(Generic[T]):
     def _discard_getter(self, waiter: asyncio.Future[None]) -> None:
         with contextlib.suppress(ValueError):
             self._getters.remove(waiter)
-
-
-def _live_waiting(t: tuple[float, int, _Entry[T]]) -> bool:
-    entry = t[2]
-    return entry.state == _WAITING and entry.ready_at == t[0]

@@ -52,6 +52,11 @@ class _Family:
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {tuple(values)}")
         return tuple(str(v) for v in values)
 
+    def remove(self, *values: object) -> None:
+        """Drop the series of these label values (as ``prometheus_client``'s ``remove``);
+        nothing happens if there is none."""
+        self._children.pop(self._key(values, {}), None)
+
 
 class CounterChild:
     __slots__ = ("value",)

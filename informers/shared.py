@@ -43,6 +43,7 @@ from typing import Any, Final
 
 from informers import metrics
 from informers.budget import BodyBudget
+from informers.memory import release_freed_memory
 from informers.reflector import Reflector, Transform, strip_managed_fields
 from informers.reflector_machine import ReflectorOptions
 from informers.sharding import ShardSelector
@@ -352,11 +353,11 @@ class InformerFactory:
 
     **Holders.** Each :meth:`informer` call names the holder it is for (any hashable object:
     a controller, a cache, a reader's token; default :data:`PINNED`). :meth:`release` drops
-    one holder; when the last one is gone the informer is stopped (its watch closed) and
-    forgotten, so its store is freed once nothing else references it (handlers' registrations
-    are removed by their owners). An informer with the :data:`PINNED` holder is never
-    released: code that never says it is done keeps what it started, as before holders
-    existed. Holding twice counts once.
+    one holder; when the last one is gone the informer is stopped (its watch closed),
+    forgotten and its store emptied, so the objects are freed before :meth:`release`
+    returns (handlers' registrations are removed by their owners). An informer with the
+    :data:`PINNED` holder is never released: code that never says it is done keeps what it
+    started, as before holders existed. Holding twice counts once.
     """
 
     def __init__(
@@ -444,8 +445,11 @@ class InformerFactory:
 
     async def release(self, informer: SharedInformer, holder: object) -> bool:
         """Drop ``holder``'s hold on ``informer``; stop and forget the informer when no holder
-        is left. Returns ``True`` if it was stopped now. Releasing what ``holder`` does not
-        hold (twice, or an informer already discarded) does nothing and returns ``False``."""
+        is left, and free its store before returning (:meth:`Store.clear
+        <informers.store.Store.clear>`: it reads as empty from then on), then give the freed
+        memory back to the system where the C library allows (:mod:`informers.memory`).
+        Returns ``True`` if it was stopped now. Releasing what ``holder`` does not hold
+        (twice, or an informer already discarded) does nothing and returns ``False``."""
         key = self._key_of(informer)
         if key is None:
             return False
@@ -458,6 +462,10 @@ class InformerFactory:
         del self._informers[key]
         self._holders.pop(key, None)
         await informer.stop()
+        # Freed now, not when the stopped tasks' frames are collected (a cycle): then the C
+        # heap's free pages go back to the system (glibc; see informers.memory).
+        informer.store.clear()
+        release_freed_memory()
         return True
 
     def holders(self, informer: SharedInformer) -> int:

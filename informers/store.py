@@ -19,12 +19,12 @@ import heapq
 import itertools
 import logging
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any, Final, Literal
 
 import orjson
 
-from .budget import BodyBudget, EvictedBodyError, metadata_stub
+from .budget import STUBS, BodyBudget, EvictedBodyError
 from .labels import LabelSelector, Operator
 from .resource_version import compare_resource_versions, is_comparable, is_newer, sort_key
 
@@ -114,13 +114,6 @@ class _Entry:
         self.ivals = ivals
 
 
-class _Evicted(_Entry):
-    """An object whose body a :class:`~informers.budget.BodyBudget` evicted: ``raw`` is its
-    metadata stub (:func:`~informers.budget.metadata_stub`)."""
-
-    __slots__ = ()
-
-
 _RV_FIELD: Final = b'"resourceVersion":"'
 
 
@@ -189,7 +182,9 @@ class StoreDelta:
         """The object (decoded lazily, once, when the delta carries only bytes)."""
         obj = self._obj
         if obj is None:
-            obj = self._obj = orjson.loads(self._raw)  # type: ignore[arg-type]
+            raw: bytes = self._raw  # type: ignore[assignment]
+            # A compact metadata stub (an evicted object's) starts with a NUL: see STUBS.
+            obj = self._obj = orjson.loads(raw if raw[0] else STUBS.json(self.key, raw))
             self._raw = None
         return obj
 
@@ -201,8 +196,9 @@ class StoreDelta:
     @property
     def old(self) -> dict[str, Any] | None:
         """The previously cached state, or ``None`` for ``ADDED`` (decoded lazily, once)."""
-        if self._old is None and self._old_raw is not None:
-            self._old = orjson.loads(self._old_raw)
+        old_raw = self._old_raw
+        if self._old is None and old_raw is not None:
+            self._old = orjson.loads(old_raw if old_raw[0] else STUBS.json(self.key, old_raw))
             self._old_raw = None
         return self._old
 
@@ -224,6 +220,15 @@ def split_uid_change(delta: StoreDelta) -> tuple[StoreDelta, StoreDelta]:
     )
 
 
+def _uid_in(raw: bytes) -> str | None:
+    """``metadata.uid`` of an encoded object or stub (decodes it: for the rare case only)."""
+    if raw[0]:
+        uid = (orjson.loads(raw).get("metadata") or {}).get("uid")
+    else:  # a compact stub (see STUBS): two bytes, then its metadata's JSON but the "{"
+        uid = orjson.loads(b"{" + raw[2:]).get("uid")
+    return uid if isinstance(uid, str) and uid else None
+
+
 def _uid_changed(uid: str, old_raw: bytes) -> bool:
     """Whether an object with metadata.uid ``uid`` is not the one encoded in ``old_raw``.
 
@@ -235,29 +240,54 @@ def _uid_changed(uid: str, old_raw: bytes) -> bool:
     return (b'"uid":"' + uid.encode() + b'"') not in old_raw
 
 
-class Prepared:
+_UID_NOT_KEPT: Final = ""
+"""``Prepared.uid`` of an object whose key the store did not hold when it was prepared: the
+UID is only compared when the key is held, so it is read back from the encoding in the rare
+case that the key is held by the time the object is stored (a real UID is never empty)."""
+
+
+class Prepared(_Entry):
     """An object made ready for the store: key, resourceVersion, exact-size encoded bytes and
     index values, plus the decoded dict for as long as the caller keeps it.
 
     The reflector prepares each listed object as it arrives and drops the dict
     (:meth:`drop_object`), so a list of 100k objects is buffered as bytes, not as dicts: the
     peak memory of a sync, and the heap fragmentation it leaves behind, stay close to the
-    store's own size.
+    store's own size. It is its own entry (no second object per buffered item), and keeps the
+    UID only when the store held the key (a UID string is ~85 B per buffered object).
+
+    ``stub``: ``raw`` is the object's metadata only (:class:`~informers.budget.MetadataStubs`),
+    prepared so by a store whose memory budget the list being buffered has filled
+    (:meth:`Store.prepare`); it is stored with its body evicted.
     """
 
-    __slots__ = ("entry", "key", "obj", "uid")
+    __slots__ = ("key", "obj", "stub", "uid")
 
-    def __init__(
-        self, key: str, entry: _Entry, obj: dict[str, Any] | None, uid: str | None = None
+    def __init__(  # noqa: PLR0917 (an entry's three fields, then its own four)
+        self,
+        key: str,
+        raw: bytes,
+        rv: str,
+        ivals: tuple[tuple[str, ...], ...],
+        obj: dict[str, Any] | None,
+        uid: str | None = None,
+        *,
+        stub: bool = False,
     ) -> None:
+        super().__init__(raw, rv, ivals)
         self.key = key
-        self.entry = entry
         self.obj = obj
         self.uid = uid
+        self.stub = stub
+
+    @property
+    def entry(self) -> _Entry:
+        """The entry to store (this object itself)."""
+        return self
 
     @property
     def resource_version(self) -> str:
-        return self.entry.rv
+        return self.rv
 
     def drop_object(self) -> Prepared:
         self.obj = None
@@ -323,7 +353,7 @@ below a quarter of its peak: CPython never shrinks a dict's table on deletion, s
 a store that once held 1M objects keeps ~60 MiB of empty slots after they are all deleted."""
 
 
-def shrunk(table: Mapping[Any, Any], peak: int) -> bool:
+def shrunk(table: Sized, peak: int) -> bool:
     """Whether ``table`` (which once held ``peak`` entries) should be copied to a smaller one.
     Copying costs O(len) once per 3/4 * peak deletions: O(1) amortised per deletion."""
     return peak > SHRINK_ABOVE and len(table) * 4 < peak
@@ -439,6 +469,11 @@ class Store:
         self._seq = itertools.count()
         self._budget = budget
         self._syncing = False  # a replace in progress defers evictions (enforce_budget)
+        # With a budget: the keys held as metadata only (their bodies evicted), and the body
+        # bytes the list being buffered has prepared (see prepare).
+        self._stubbed: set[str] = set()
+        self._stubbed_peak = 0
+        self._listed_bytes = 0
 
     # ----------------------------------------------------------------------------------- reads
 
@@ -473,15 +508,15 @@ class Store:
         return _raw_of(stored)
 
     def held_raw(self, key: str) -> bytes | None:
-        """What the store holds for ``key``: its body, or with a budget possibly only its
-        metadata stub (:mod:`informers.budget`); ``None`` when absent. Never raises; does not
-        count as a use of the body."""
+        """The JSON of what the store holds for ``key``: its body, or with a budget possibly
+        only its metadata stub (:mod:`informers.budget`); ``None`` when absent. Never raises;
+        does not count as a use of the body."""
         stored = self._items.get(key)
-        return None if stored is None else _raw_of(stored)
+        return None if stored is None else STUBS.json(key, _raw_of(stored))
 
     def evicted(self, key: str) -> bool:
         """Whether ``key`` is held with its metadata only (its body evicted by the budget)."""
-        return type(self._items.get(key)) is _Evicted
+        return key in self._stubbed
 
     @property
     def budget(self) -> BodyBudget | None:
@@ -497,20 +532,19 @@ class Store:
         held evicted at exactly the resourceVersion in ``raw`` (else nothing changes: the
         fetch saw another version than the store, and the store keeps following its watch).
         Returns whether it was taken."""
-        stored = self._items.get(key)
-        if type(stored) is not _Evicted or self._budget is None:
+        if key not in self._stubbed or self._budget is None:
             return False
-        assert isinstance(stored, _Evicted)
-        if _rv_in(raw) != stored.rv:
+        held = self._entry(self._items[key])
+        if _rv_in(raw) != held.rv:
             return False
-        entry = _Entry(memoryview(raw).tobytes(), stored.rv, stored.ivals)
-        self._items[key] = self._compact(entry)
-        self._budget.admit(self, key, len(entry.raw))
+        self._items[key] = self._compact(_Entry(memoryview(raw).tobytes(), held.rv, held.ivals))
+        self._unstub(key)
+        self._budget.admit(self, key, len(raw))
         return True
 
     def _body(self, key: str, stored: bytes | _Entry) -> bytes:
-        if type(stored) is _Evicted:
-            raise EvictedBodyError(key, stored.rv)
+        if key in self._stubbed:
+            raise EvictedBodyError(key, _rv_of(stored))
         assert self._budget is not None
         self._budget.touch(self, key)
         return _raw_of(stored)
@@ -518,10 +552,24 @@ class Store:
     def _evict(self, key: str) -> None:
         """Keep only ``key``'s metadata (called by the budget, which forgot the body)."""
         stored = self._items.get(key)
-        if stored is None or type(stored) is _Evicted:
+        if stored is None or key in self._stubbed:
             return
         entry = self._entry(stored)
-        self._items[key] = _Evicted(metadata_stub(entry.raw), entry.rv, entry.ivals)
+        stub = STUBS.encode(key, orjson.loads(entry.raw))
+        self._items[key] = self._compact(_Entry(stub, entry.rv, entry.ivals))
+        self._stub(key)
+
+    def _stub(self, key: str) -> None:
+        self._stubbed.add(key)
+        self._stubbed_peak = max(self._stubbed_peak, len(self._stubbed))
+
+    def _unstub(self, key: str) -> None:
+        stubbed = self._stubbed
+        if key in stubbed:
+            stubbed.discard(key)
+            if shrunk(stubbed, self._stubbed_peak):  # sets keep their table too
+                self._stubbed = set(stubbed)
+                self._stubbed_peak = len(stubbed)
 
     def list_held(
         self, *, namespace: str | None = None, selector: LabelSelector | None = None
@@ -537,11 +585,11 @@ class Store:
         items = self._items
         for k in keys:
             stored = items[k]
-            obj = orjson.loads(_raw_of(stored))
+            obj = orjson.loads(STUBS.json(k, _raw_of(stored)))
             if selector is not None and not selector.empty and not selector.matches_object(obj):
                 continue
-            if type(stored) is _Evicted:
-                evicted.append((k, stored.rv))
+            if k in self._stubbed:
+                evicted.append((k, _rv_of(stored)))
             else:
                 self._budget.touch(self, k)
                 bodies.append(obj)
@@ -561,7 +609,7 @@ class Store:
         stored = self._items.get(key)
         if stored is None:
             return None
-        uid = orjson.loads(_raw_of(stored)).get("metadata", {}).get("uid")
+        uid = orjson.loads(STUBS.json(key, _raw_of(stored))).get("metadata", {}).get("uid")
         return uid if isinstance(uid, str) else None
 
     def list(
@@ -663,11 +711,57 @@ class Store:
 
     # ---------------------------------------------------------------------------------- writes
 
-    def prepare(self, obj: dict[str, Any]) -> Prepared:
+    def prepare(self, obj: dict[str, Any], *, buffered: bool = False) -> Prepared:
         """Validate, index and encode ``obj`` for a later :meth:`apply_prepared` or
-        :meth:`replace_prepared`. Raises ``ValueError`` for an object without a name."""
+        :meth:`replace_prepared`. Raises ``ValueError`` for an object without a name.
+
+        ``buffered`` (default off): ``obj`` is an item of a list being buffered for
+        :meth:`replace_prepared`. With a memory budget, such a list keeps full bodies only
+        while the bodies it prepared since :meth:`start_list` fit within the budget's limit;
+        from the first that does not, every item is prepared as its metadata only
+        (``Prepared.stub``) and stored with its body evicted. So a list never buffers more
+        bodies than the budget holds, and the bodies kept are the first listed.
+        """
         key, rv, uid = _identity(obj)
-        return Prepared(key, self._make_entry(obj, rv), obj, uid)
+        if not buffered:
+            return Prepared(key, _encode(obj), rv, self._index_values(obj), obj, uid)
+        if uid is not None and key not in self._items:
+            uid = _UID_NOT_KEPT  # only compared with a held object's (see _UID_NOT_KEPT)
+        budget = self._budget
+        if budget is not None:
+            if self._listed_bytes > budget.limit:
+                stub = STUBS.encode(key, obj)
+                return Prepared(key, stub, rv, self._index_values(obj), obj, uid, stub=True)
+            raw = _encode(obj)
+            self._listed_bytes += len(raw)
+            if self._listed_bytes > budget.limit:
+                stub = STUBS.encode(key, obj)
+                return Prepared(key, stub, rv, self._index_values(obj), obj, uid, stub=True)
+            return Prepared(key, raw, rv, self._index_values(obj), obj, uid)
+        return Prepared(key, _encode(obj), rv, self._index_values(obj), obj, uid)
+
+    def clear(self) -> None:
+        """Forget every object at once, without deltas: for a store nothing reads any more
+        (its informer was released, see :meth:`InformerFactory.release
+        <informers.shared.InformerFactory.release>`). Its tables are replaced by empty ones,
+        so they are freed with the objects, whoever still references the store; its budget
+        forgets its bodies. Afterwards it reads as empty and not synced; the newest
+        resourceVersion observed is kept."""
+        if self._budget is not None:
+            self._budget.forget_store(self)
+        self._items = {}
+        self._items_peak = 0
+        self._ns_lazy = None
+        self._indexes = tuple(_Index() for _ in self._index_funcs)
+        self._stubbed = set()
+        self._stubbed_peak = 0
+        self._listed_bytes = 0
+        self._synced = False
+
+    def start_list(self) -> None:
+        """A list is about to be buffered from its first item (again): the body allowance
+        of :meth:`prepare` starts over. :meth:`replace_prepared` also resets it."""
+        self._listed_bytes = 0
 
     def apply(self, event_type: EventType, obj: dict[str, Any]) -> StoreDelta | None:
         """Apply one watch event; return the change made, or ``None`` when it was ignored.
@@ -689,8 +783,8 @@ class Store:
 
     def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
         """:meth:`apply` for an object already :meth:`prepare`-d."""
-        entry = prepared.entry
-        return self._apply(event_type, prepared.key, entry.rv, prepared.uid, prepared.obj, entry)
+        p = prepared
+        return self._apply(event_type, p.key, p.rv, p.uid, p.obj, p)
 
     # Positional and flat on purpose: the reflector's per-event path (see the docstring).
     def _apply(  # noqa: PLR0912, PLR0917
@@ -777,6 +871,7 @@ class Store:
             return self._replace_prepared(prepared, resource_version)
         finally:
             self._syncing = False
+            self._listed_bytes = 0
 
     def enforce_budget(self) -> None:
         """Evict what a :meth:`replace_prepared` left over the budget (no-op without one)."""
@@ -789,10 +884,10 @@ class Store:
         items = self._items
         plan: dict[str, Prepared] = {}
         for p in prepared:
-            key, rv = p.key, p.entry.rv
+            key, rv = p.key, p.rv
             planned = plan.get(key)
             if planned is not None:  # a key listed twice: the newer copy wins
-                if is_newer(rv, planned.entry.rv):
+                if is_newer(rv, planned.rv):
                     plan[key] = p
                 continue
             plan[key] = p
@@ -802,10 +897,10 @@ class Store:
         deltas: builtins.list[StoreDelta] = []
         for key, p in plan.items():
             cur = self._entry_at(key)
-            if cur is None and list_is_behind and self._predates_observed(p.entry.rv):
+            if cur is None and list_is_behind and self._predates_observed(p.rv):
                 continue
-            if cur is None or is_newer(p.entry.rv, cur.rv):
-                delta = self._put(key, p.entry, p.obj, cur, p.uid)
+            if cur is None or is_newer(p.rv, cur.rv):
+                delta = self._put(key, p, p.obj, cur, p.uid)
                 if cur is not None and delta.type == ADDED:
                     deltas.extend(split_uid_change(delta))
                 else:
@@ -847,7 +942,8 @@ class Store:
             # _rv_in(raw) == rv without decoding: the value and its closing quote follow.
             if at >= 0 and raw.startswith(rv.encode() + b'"', at + len(_RV_FIELD)):
                 return raw
-        return entry
+        # A Prepared is its own entry: keep a plain one (not its key, dict and UID).
+        return entry if type(entry) is _Entry else _Entry(entry.raw, rv, entry.ivals)
 
     def _entry(self, stored: bytes | _Entry) -> _Entry:
         """The entry view of what is kept for a key (a temporary one for bare bytes)."""
@@ -860,16 +956,18 @@ class Store:
         return None if stored is None else self._entry(stored)
 
     def _make_entry(self, obj: dict[str, Any], rv: str) -> _Entry:
+        return _Entry(_encode(obj), rv, self._index_values(obj))
+
+    def _index_values(self, obj: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
         # No generator expression: on this path it costs more than the index functions.
         funcs = self._index_funcs
         if len(funcs) == 1:
             values = funcs[0](obj)
-            ivals = (values,) if values else self._no_ivals
-        else:
-            ivals = tuple([f(obj) for f in funcs])
-            if not any(ivals):
-                ivals = self._no_ivals  # one shared instance: most objects file under nothing
-        return _Entry(_encode(obj), rv, ivals)
+            return (values,) if values else self._no_ivals
+        ivals = tuple([f(obj) for f in funcs])
+        if not any(ivals):
+            return self._no_ivals  # one shared instance: most objects file under nothing
+        return ivals
 
     def _put(  # noqa: PLR0912 (the new-key branch is every event of a sync: kept flat)
         self,
@@ -895,7 +993,7 @@ class Store:
                     for v in values:
                         index.add(v, key)
             if self._budget is not None:
-                self._budget.admit(self, key, len(entry.raw), enforce=not self._syncing)
+                self._hold(key, entry)
             return StoreDelta(ADDED, obj, raw=entry.raw, key=key)
         if cur.ivals is not entry.ivals and cur.ivals != entry.ivals:
             for index, old, new in zip(self._indexes, cur.ivals, entry.ivals, strict=True):
@@ -906,15 +1004,31 @@ class Store:
                     for v in new:
                         index.add(v, key)
         if self._budget is not None:
-            self._budget.admit(self, key, len(entry.raw), enforce=not self._syncing)
+            self._hold(key, entry)
+        if uid == _UID_NOT_KEPT:
+            uid = _uid_in(entry.raw)
         if uid is not None and _uid_changed(uid, cur.raw):
             return StoreDelta(ADDED, obj, cur.raw, raw=entry.raw, key=key)
         return StoreDelta(MODIFIED, obj, cur.raw, raw=entry.raw, key=key)
+
+    def _hold(self, key: str, entry: _Entry) -> None:
+        """The budget's part of storing ``entry`` at ``key``: a body is admitted (and the key
+        no longer stubbed), a metadata stub (``Prepared.stub``) is not (and a body held
+        before it is forgotten)."""
+        budget = self._budget
+        assert budget is not None
+        if isinstance(entry, Prepared) and entry.stub:
+            budget.forget(self, key)
+            self._stub(key)
+            return
+        self._unstub(key)
+        budget.admit(self, key, len(entry.raw), enforce=not self._syncing)
 
     def _remove(self, key: str, entry: _Entry) -> None:
         del self._items[key]
         if self._budget is not None:
             self._budget.forget(self, key)
+            self._unstub(key)
         if shrunk(self._items, self._items_peak):
             self._items = dict(self._items)
             self._items_peak = len(self._items)

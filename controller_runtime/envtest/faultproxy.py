@@ -7,8 +7,9 @@ the real server's certificate; the serving certificate is valid for 127.0.0.1.
 With ``tls=(server_context, upstream_context)`` the proxy terminates TLS instead: it serves
 with ``server_context`` (a certificate the client trusts) and connects upstream with
 ``upstream_context`` (whose client certificate is then the identity every request has). It
-then sees HTTP/1.1 in the clear, and :meth:`FaultProxy.inject_line` can put any bytes on
-every open chunked response (a watch) as one more line.
+then sees HTTP/1.1 in the clear: :meth:`FaultProxy.inject_line` can put any bytes on every
+open chunked response (a watch) as one more line, and :attr:`FaultProxy.watch_latency` delays
+the responses to watch requests only (a lagging cache whose live reads are current).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class _Link:
     delayed: asyncio.Queue[tuple[float, bytes]] | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     http: _ChunkTracker | None = None  # with TLS terminated: where the response stream is
+    requests: _RequestTracker | None = None  # with TLS terminated: the request being answered
 
     def abort(self) -> None:
         for writer in (self.client, self.upstream):
@@ -97,6 +99,33 @@ class _ChunkTracker:
             self._state = "headers"
 
 
+class _RequestTracker(_ChunkTracker):
+    """Follows client-to-server HTTP/1.1 requests (framed like responses: headers, then a
+    ``Content-Length`` or chunked body) and keeps the target of the latest request line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target = b""
+        self._request_line = True
+
+    @property
+    def watching(self) -> bool:
+        """Whether the latest request is a watch (``watch=1`` or ``watch=true``): without
+        pipelining, the response now flowing back is its answer."""
+        query = self.target.partition(b"?")[2]
+        return any(p in (b"watch=1", b"watch=true") for p in query.split(b"&"))
+
+    def _line(self, line: bytes) -> None:
+        if self._state == "headers" and self._request_line and line.strip():
+            parts = line.split(b" ")
+            self.target = parts[1] if len(parts) == 3 else b""
+            self._request_line = False
+            return
+        if self._state == "headers" and not line.strip():
+            self._request_line = True
+        super()._line(line)
+
+
 def _chunk(line: bytes) -> bytes:
     payload = line + b"\n"
     return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
@@ -110,7 +139,10 @@ class FaultProxy:
     :meth:`freeze`/:meth:`thaw` (stop moving bytes, as a half-open connection would),
     :attr:`refuse` (close new connections at once), and :attr:`latency` (seconds added to
     every server-to-client byte, in order: a lagging informer). With TLS terminated (see the
-    module docstring), :meth:`inject_line` adds a line to every open chunked response.
+    module docstring), :meth:`inject_line` adds a line to every open chunked response, and
+    :attr:`watch_latency` adds seconds to the server-to-client bytes of watch responses only
+    (on top of ``latency``): a client whose caches lag while its other requests are answered
+    at once. Bytes already on their way keep their order.
     """
 
     def __init__(
@@ -126,6 +158,7 @@ class FaultProxy:
         self.injected = 0
         self.refuse = False
         self.latency = 0.0
+        self.watch_latency = 0.0
         self.connections_accepted = 0
         self.cuts = 0
         self.bytes_to_client = 0
@@ -181,14 +214,20 @@ class FaultProxy:
     def thaw(self) -> None:
         self._flowing.set()
 
-    async def _delayed(self, link: _Link, writer: asyncio.StreamWriter, data: bytes) -> None:
-        """Deliver ``data`` ``latency`` seconds after it arrived, keeping the order, without
-        holding up the reading of what comes next."""
+    def _latency_of(self, link: _Link) -> float:
+        watching = link.requests is not None and link.requests.watching
+        return self.latency + (self.watch_latency if watching else 0.0)
+
+    async def _delayed(
+        self, link: _Link, writer: asyncio.StreamWriter, data: bytes, latency: float
+    ) -> None:
+        """Deliver ``data`` ``latency`` seconds after it arrived, keeping the order (never
+        before what was queued earlier), without holding up the reading of what comes next."""
         loop = asyncio.get_running_loop()
         if link.delayed is None:
             link.delayed = asyncio.Queue()
             link.tasks.append(asyncio.create_task(self._deliver(link, writer)))
-        link.delayed.put_nowait((loop.time() + self.latency, data))
+        link.delayed.put_nowait((loop.time() + latency, data))
 
     async def _deliver(self, link: _Link, writer: asyncio.StreamWriter) -> None:
         assert link.delayed is not None
@@ -220,7 +259,13 @@ class FaultProxy:
         except OSError:
             writer.transport.abort()
             return
-        link = _Link(writer, up_writer, http=_ChunkTracker() if self.tls is not None else None)
+        terminated = self.tls is not None
+        link = _Link(
+            writer,
+            up_writer,
+            http=_ChunkTracker() if terminated else None,
+            requests=_RequestTracker() if terminated else None,
+        )
         self._links.add(link)
         link.tasks = [
             asyncio.create_task(self._pump(reader, up_writer, link, downstream=False)),
@@ -258,13 +303,16 @@ class FaultProxy:
                         link.abort()
                         return
                     link.budget -= len(data)
+                if not downstream and link.requests is not None:
+                    link.requests.feed(data)
                 if downstream:
                     link.downstream_bytes += len(data)
                     self.bytes_to_client += len(data)
                     if link.http is not None:
                         link.http.feed(data)
-                    if self.latency > 0:
-                        await self._delayed(link, writer, data)
+                    latency = self._latency_of(link)
+                    if latency > 0 or link.delayed is not None:
+                        await self._delayed(link, writer, data, latency)
                         continue
                 writer.write(data)
                 await writer.drain()

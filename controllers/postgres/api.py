@@ -54,6 +54,11 @@ the primary, or at once (with a Warning Event) when it names no member of the in
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_VERSION = f"{GROUP}/version"
 ANNOTATION_SCHEDULED_AT = f"{GROUP}/scheduled-at"
+ANNOTATION_INSTANCE_UID = f"{GROUP}/instance-uid"
+"""On a backup Job: the UID of the PostgresInstance it backs up (a re-created instance of the
+same name is another one)."""
+ANNOTATION_BACKUP_UID = f"{GROUP}/backup-uid"
+"""On an object-deletion Job (which has no owner reference): the UID of its Backup."""
 
 IDENTIFIER_MAX = 63
 """PostgreSQL truncates identifiers to NAMEDATALEN - 1 = 63 bytes."""

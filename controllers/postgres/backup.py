@@ -21,8 +21,13 @@ is gone, then runs its own.
 
 An instance deleted (or being deleted) while its Backup's Job has not finished fails the
 Backup (reason ``InstanceDeleted``) and deletes the Job: its Pod could otherwise wait forever
-for the instance's Secret. A running Backup is looked at again every ``instance_poll`` seconds
-(default 10) for this.
+for the instance's Secret, or back up a new instance of the same name. The Job carries the UID
+of the instance it was made for (annotation ``postgres.crpy.io/instance-uid``): an instance
+re-created under the name is another one. Nothing is undone on the cache's word alone: when
+the cache shows the instance gone, going or re-created, the instance is read live and the
+decision follows the server (a new leader's instance cache may lag behind its Backups
+cache). Likewise a Job missing from the cache is looked up live before the Backup is failed
+for it. A running Backup is looked at again every ``instance_poll`` seconds (default 10).
 
 Deleting a Backup deletes its object from the bucket (finalizer
 ``postgres.crpy.io/delete-object``): a running backup Job is stopped first (foreground
@@ -34,7 +39,11 @@ endpoint gone), or the Job cannot be created (a terminating namespace refuses it
 Warning ``ObjectNotDeleted`` names the object to delete by hand, and the
 Backup goes anyway: a finalizer never hangs on an unreachable bucket. Backups that never
 created a Job, and ``Failed`` ones (the upload is the Job's last step, so a failed Job left no
-object), are released at once. The deletion Job is removed before the finalizer is.
+object), are released at once. The deletion Job is removed before the finalizer is. The
+deletion Job carries the Backup's UID (annotation ``postgres.crpy.io/backup-uid``): one left by
+an earlier Backup of the same name is never taken for this one's (it is waited for until it
+finished, then removed). Every delete names the UID it means (a precondition), so an object
+re-created under the name in between is never deleted.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from controller_runtime import (
     CleanupPending,
     Client,
     Condition,
+    ConflictError,
     Controller,
     ControllerBuilder,
     ControllerOptions,
@@ -69,6 +79,8 @@ from controller_runtime.builder import ControllerHost
 from controller_runtime.client import PropagationPolicy
 from controllers.postgres import jobs
 from controllers.postgres.api import (
+    ANNOTATION_BACKUP_UID,
+    ANNOTATION_INSTANCE_UID,
     API_VERSION,
     BACKUP,
     BACKUP_FINALIZER,
@@ -172,8 +184,12 @@ class BackupReconciler:
             reconcile_logger(__name__).info("Job %s is not this Backup's; waiting for it", name)
             return Result(requeue_after=PREDECESSOR_RECHECK)
         if job is None and status.get("jobName"):
-            message = f"the Job {name} disappeared before it finished"
-            return _JobOutcome(None, "Failed", "Failed", message)
+            # A cache behind the Job's creation (a new leader's Jobs cache, say) is not a
+            # disappearance: only the server's answer fails the Backup.
+            job = await self._get_job(meta["namespace"], name)
+            if job is None or not is_controlled_by(job, backup):
+                message = f"the Job {name} disappeared before it finished"
+                return _JobOutcome(None, "Failed", "Failed", message)
         if job is None:
             if await self._cached_copy_behind(backup):
                 return Result(requeue_after=CACHE_RECHECK)
@@ -192,10 +208,10 @@ class BackupReconciler:
     async def _unless_instance_gone(self, backup: Obj, found: _JobOutcome) -> _JobOutcome:
         """``found``, or a failure (the Job deleted) if the instance is gone or going: the
         Job's Pod could otherwise wait forever for the instance's Secret."""
-        gone = await self._instance_gone(backup)
+        assert found.job is not None
+        gone = await self._instance_gone(backup, found.job)
         if not gone:
             return found
-        assert found.job is not None
         await self._delete_quietly(found.job, "Background")
         return found._replace(phase="Failed", reason="InstanceDeleted", message=gone)
 
@@ -263,6 +279,8 @@ class BackupReconciler:
             backup, instance, await tools_image(self.client, backup, instance)
         )
         set_controller_reference(backup, rendered, owner_namespaced=True, obj_namespaced=True)
+        annotations = rendered["metadata"].setdefault("annotations", {})
+        annotations[ANNOTATION_INSTANCE_UID] = instance["metadata"]["uid"]
         try:
             job = await self.client.create(rendered)
         except AlreadyExistsError:
@@ -270,46 +288,71 @@ class BackupReconciler:
         reconcile_logger(__name__).info("created Job %s", name)
         return job
 
-    async def _instance_gone(self, backup: Obj) -> str:
-        """Why the Backup's instance is no longer there ('' while it is)."""
+    async def _instance_gone(self, backup: Obj, job: Obj) -> str:
+        """Why the instance ``job`` was made for is no longer there ('' while it is): deleted,
+        being deleted, or re-created under its name (another UID than the Job's annotation;
+        a Job without it, made by an earlier version, accepts any). The cache decides only
+        that the instance is there; anything else is confirmed live."""
         name = ref_name(backup, "instanceRef") or ""
-        instance = await ignore_not_found(
-            self.client.get(
-                API_VERSION, INSTANCE, name=name, namespace=backup["metadata"]["namespace"]
-            )
+        namespace = backup["metadata"]["namespace"]
+        made_for = ((job["metadata"].get("annotations") or {}).get(ANNOTATION_INSTANCE_UID)) or None
+        cached = await ignore_not_found(
+            self.client.get(API_VERSION, INSTANCE, name=name, namespace=namespace)
         )
-        if instance is None:
-            return f"PostgresInstance {name!r} was deleted while the backup ran"
-        if instance["metadata"].get("deletionTimestamp"):
-            return f"PostgresInstance {name!r} is being deleted while the backup ran"
-        return ""
+        if not instance_gone(name, cached, made_for):
+            return ""
+        live = await ignore_not_found(
+            self.client.live.get(API_VERSION, INSTANCE, name=name, namespace=namespace)
+        )
+        return instance_gone(name, live, made_for)
 
     async def _delete_quietly(self, obj: Obj, propagation: PropagationPolicy) -> None:
-        with contextlib.suppress(NotFoundError):
-            await self.client.delete(obj, propagation_policy=propagation)
+        """Delete ``obj`` itself (its UID is a precondition: an object re-created under the
+        name meanwhile stays); gone already is fine."""
+        with contextlib.suppress(NotFoundError, ConflictError):
+            await self.client.delete(
+                obj,
+                propagation_policy=propagation,
+                preconditions={"uid": obj["metadata"]["uid"]},
+            )
 
     async def _get_job(self, namespace: str, name: str) -> Obj | None:
         return await ignore_not_found(
             self.client.live.get("batch/v1", "Job", name=name, namespace=namespace)
         )
 
-    async def _delete_object(self, backup: Obj) -> CleanupPending | None:  # noqa: PLR0911
+    async def _delete_object(self, backup: Obj) -> CleanupPending | None:
         """The finalizer's cleanup (idempotent): stop the backup Job, run the deletion Job,
         record its outcome, remove it. See the module docs."""
         meta, status = backup["metadata"], backup.get("status") or {}
-        namespace = meta["namespace"]
         if not status.get("jobName") or status.get("phase") == "Failed":
             return None  # no object was uploaded
-        backup_job = await self._get_job(namespace, jobs.job_name(meta["name"]))
+        backup_job = await self._get_job(meta["namespace"], jobs.job_name(meta["name"]))
+        if backup_job is not None and not is_controlled_by(backup_job, backup):
+            backup_job = None  # an earlier Backup's: the garbage collector's, not ours
         if backup_job is not None and jobs.job_outcome(backup_job)[0] not in TERMINAL:
             if not (backup_job.get("status") or {}).get("startTime"):
                 await self._delete_quietly(backup_job, "Background")
                 return None  # never started: nothing was uploaded
             await self._delete_quietly(backup_job, "Foreground")
             return CleanupPending("waiting for the backup Job to stop", requeue_after=5.0)
+        return await self._run_deletion_job(backup)
+
+    async def _run_deletion_job(self, backup: Obj) -> CleanupPending | None:
+        """Create the deletion Job, wait for it, record its outcome and remove it."""
+        meta = backup["metadata"]
         name = jobs.job_name(meta["name"], "delete")
-        job = await self._get_job(namespace, name)
+        job = await self._get_job(meta["namespace"], name)
         location = jobs.location(backup)
+        if job is not None and not _deletion_job_of(job, backup):
+            # An earlier Backup of this name left its deletion Job: never take its outcome
+            # for ours. Let it finish its own deletion, then make room for ours.
+            if jobs.job_outcome(job)[0] in TERMINAL:
+                await self._delete_quietly(job, "Background")
+            return CleanupPending(
+                f"the deletion Job {name} of an earlier Backup of this name is in the way",
+                requeue_after=10.0,
+            )
         if job is None:
             try:
                 await self.client.create(jobs.delete_object_job(backup))
@@ -358,6 +401,25 @@ def _outcome(job: Obj | None, namespace: str) -> tuple[str, str]:
     return phase, message
 
 
+def instance_gone(name: str, instance: Obj | None, made_for: str | None) -> str:
+    """Why ``instance`` (as read, ``None``: not found) is not the one a Job made for the
+    instance of UID ``made_for`` (``None``: any of that name) runs against; '' when it is."""
+    if instance is None:
+        return f"PostgresInstance {name!r} was deleted while the backup ran"
+    if made_for is not None and instance["metadata"].get("uid") != made_for:
+        return f"PostgresInstance {name!r} was deleted and re-created while the backup ran"
+    if instance["metadata"].get("deletionTimestamp"):
+        return f"PostgresInstance {name!r} is being deleted while the backup ran"
+    return ""
+
+
+def _deletion_job_of(job: Mapping[str, Any], backup: Mapping[str, Any]) -> bool:
+    """Whether the deletion Job ``job`` is ``backup``'s: it carries its UID (or no UID at all:
+    made by an earlier version, for the Backup of its name)."""
+    uid = ((job.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_BACKUP_UID)
+    return uid is None or uid == backup["metadata"].get("uid")
+
+
 def _deletion_job_owner(job: Mapping[str, Any]) -> list[Request]:
     """A deletion Job's events go to its Backup (it has no owner reference)."""
     meta = job.get("metadata") or {}
@@ -392,6 +454,8 @@ async def setup_backup_controller(
         .watches("batch/v1", "Job", EnqueueRequestsFromMapFunc(_deletion_job_owner))
         # Read by tools_image; a policy change does not redo a backup.
         .caches(API_VERSION, POLICY)
+        # Read when creating the Job and while it runs (is it still the same instance?).
+        .caches(API_VERSION, INSTANCE)
         .with_options(options)
         .complete(BackupReconciler(client, recorder))
     )

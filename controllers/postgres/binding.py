@@ -23,12 +23,14 @@ Event too; the binding is reconciled again when the instance appears.
 
 Deleting the binding (finalizer ``postgres.crpy.io/binding``, through
 :func:`~controller_runtime.handle_finalization`) deletes the PostgresUser, whose own finalizer
-drops the role, and the Secret; the cleanup stays pending (the finalizer stays) until the
-PostgresUser is gone, whose deletion event brings the binding back.
+drops the role, and the Secret, in one pass (both read live at once); the cleanup stays
+pending (the finalizer stays) until the PostgresUser is gone, whose deletion event brings the
+binding back.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -72,7 +74,7 @@ from controllers.postgres.api import (
 from controllers.postgres.common import (
     decode_secret,
     encode_data,
-    instance_referrers,
+    referrer_requests,
     set_conditions,
     status_copy,
     write_status,
@@ -268,30 +270,43 @@ class BindingReconciler:
             log.info("updated Secret %s", name)
 
     async def _cleanup(self, binding: Obj) -> CleanupPending | None:
-        """Delete the binding's PostgresUser and Secret; pending until the PostgresUser (whose
-        own finalizer drops the role) is gone."""
+        """Delete the binding's PostgresUser and Secret (both read live, at once); pending
+        until the PostgresUser (whose own finalizer drops the role) is gone."""
         meta = binding["metadata"]
-        for api_version, kind, name in (
-            (API_VERSION, USER, meta["name"]),
-            ("v1", "Secret", secret_name(binding)),
-        ):
-            obj = await ignore_not_found(
-                self.client.live.get(api_version, kind, name=name, namespace=meta["namespace"])
-            )
-            if obj is None or not is_controlled_by(obj, binding):
-                continue
-            if kind == USER and is_being_deleted(obj):
-                return CleanupPending(f"PostgresUser {name} is still dropping its role")
-            # None: gone now, or already (a NotFoundError).
-            remaining = await ignore_not_found(
-                self.client.delete(obj, preconditions={"uid": obj["metadata"]["uid"]})
-            )
-            if kind == USER and remaining is not None:
-                return CleanupPending(f"PostgresUser {name} is dropping its role")
+        user, secret = await asyncio.gather(
+            self._controlled(binding, API_VERSION, USER, meta["name"]),
+            self._controlled(binding, "v1", "Secret", secret_name(binding)),
+        )
+        # The PostgresUser first (its deletion is what the role's drop waits for), then the
+        # Secret, in the same pass: the last pass, once the user is gone, only confirms.
+        remaining = None
+        if user is not None:
+            remaining = user if is_being_deleted(user) else await self._delete(user)
+        if secret is not None:
+            await self._delete(secret)
+        if remaining is not None:
+            return CleanupPending(f"PostgresUser {meta['name']} is dropping its role")
         self.recorder.record(
             binding, "Normal", "Unbound", "deleted the PostgresUser and the Secret", "Unbind"
         )
         return None
+
+    async def _controlled(self, binding: Obj, api_version: str, kind: str, name: str) -> Obj | None:
+        """The live object ``kind/name`` of the binding's namespace if the binding controls
+        it (compared by UID), else ``None``."""
+        obj = await ignore_not_found(
+            self.client.live.get(
+                api_version, kind, name=name, namespace=binding["metadata"]["namespace"]
+            )
+        )
+        return obj if obj is not None and is_controlled_by(obj, binding) else None
+
+    async def _delete(self, obj: Obj) -> Obj | None:
+        """Delete ``obj`` itself (its UID is a precondition); what remains of it (``None``:
+        gone now, or already)."""
+        return await ignore_not_found(
+            self.client.delete(obj, preconditions={"uid": obj["metadata"]["uid"]})
+        )
 
 
 async def setup_binding_controller(
@@ -308,11 +323,7 @@ async def setup_binding_controller(
     cache = client.cache
 
     def instance_bindings(instance: Mapping[str, Any]) -> list[Request]:
-        namespace = instance["metadata"]["namespace"]
-        return [
-            Request(namespace, b["metadata"]["name"])
-            for b in instance_referrers(cache, API_VERSION, BINDING, dict(instance))
-        ]
+        return referrer_requests(cache, API_VERSION, BINDING, dict(instance))
 
     return await (
         ControllerBuilder(host)

@@ -9,7 +9,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from controller_runtime import Client, Condition, ignore_not_found, status_conditions
+from controller_runtime import (
+    Client,
+    Condition,
+    Request,
+    ignore_not_found,
+    request_for,
+    status_conditions,
+)
 from controller_runtime import set_conditions as set_all
 from controller_runtime.cache import Cache
 from controller_runtime.patches import merge_patch
@@ -68,12 +75,26 @@ async def version_policy(client: Client) -> Obj | None:
     return await ignore_not_found(client.get(API_VERSION, POLICY, name=POLICY_NAME))
 
 
-def instance_referrers(cache: Cache, api_version: str, kind: str, instance: Obj) -> list[Obj]:
-    """Cached objects of ``kind`` in ``instance``'s namespace whose ``spec.instanceRef`` names
-    it."""
+async def instance_referrers(
+    client: Client, api_version: str, kind: str, instance: Obj
+) -> list[Obj]:
+    """Objects of ``kind`` in ``instance``'s namespace whose ``spec.instanceRef`` names it,
+    read through ``client``'s cache (bodies a memory budget evicted are fetched)."""
     meta = instance["metadata"]
     return [
         obj
-        for obj in cache.list(api_version, kind, namespace=meta["namespace"])
+        for obj in await client.list(api_version, kind, namespace=meta["namespace"])
         if ref_name(obj, "instanceRef") == meta["name"]
     ]
+
+
+def referrer_requests(cache: Cache, api_version: str, kind: str, instance: Obj) -> list[Request]:
+    """For map functions, which are synchronous and cannot fetch: the requests for the
+    cached objects of ``kind`` in ``instance``'s namespace whose ``spec.instanceRef`` names
+    it, and, under a memory budget, for those of the namespace held as metadata only (their
+    spec is not there to read: a reconcile too many is safe, one too few is not)."""
+    meta = instance["metadata"]
+    bodies, evicted = cache.list_held(api_version, kind, namespace=meta["namespace"])
+    return [
+        request_for(obj) for obj in bodies if ref_name(obj, "instanceRef") == meta["name"]
+    ] + evicted

@@ -33,6 +33,10 @@ deletion events bring the instance back), then, with ``spec.deletionPolicy: Dele
 the instance's PersistentVolumeClaims; ``Retain`` (default) keeps them. Rendered objects go with
 the instance by garbage collection.
 
+While the instance is Ready, each reconcile sweeps its orphan roles
+(:mod:`controllers.postgres.sweep`): at start-up, after every PostgresUser deletion, and at
+least every ``recheck_after`` (external) or ``sweep_every`` (in-cluster, default 600) seconds.
+
 The in-cluster path is observe (the StatefulSet) → decide (pure functions below:
 :func:`rollout_progress`, :func:`kept_claim_templates`, :func:`rendered_children`,
 :func:`degraded_condition`) → apply (objects, then status); see docs/design.md.
@@ -51,6 +55,7 @@ from controller_runtime import (
     CleanupPending,
     Client,
     Condition,
+    ConflictError,
     Controller,
     ControllerBuilder,
     ControllerOptions,
@@ -106,6 +111,7 @@ from controllers.postgres.policy import (
     server_version,
 )
 from controllers.postgres.scram import generate_password
+from controllers.postgres.sweep import sweep_orphan_roles
 from controllers.recording import controller_recorder
 
 log = logging.getLogger(__name__)
@@ -270,11 +276,19 @@ class InstanceReconciler:
     """Reconciles one PostgresInstance; see the module docs."""
 
     def __init__(
-        self, client: Client, recorder: EventRecorder, *, recheck_after: float = 300.0
+        self,
+        client: Client,
+        recorder: EventRecorder,
+        *,
+        recheck_after: float = 300.0,
+        sweep_every: float = 600.0,
     ) -> None:
         self.client = client
         self.recorder = recorder
         self.recheck_after = recheck_after
+        self.sweep_every = sweep_every
+        """A Ready in-cluster instance is reconciled (and its orphan roles swept) again after
+        this many seconds; an external one every ``recheck_after``."""
         self.backup_poll = 30.0
         self.pod_poll = 15.0
         """While not Ready, the Pods are read again after this many seconds (they are not
@@ -304,7 +318,7 @@ class InstanceReconciler:
         meta = instance["metadata"]
         users = sorted(
             u["metadata"]["name"]
-            for u in instance_referrers(self.client.cache, API_VERSION, USER, instance)
+            for u in await instance_referrers(self.client, API_VERSION, USER, instance)
         )
         if users:
             message = f"waiting for {len(users)} PostgresUser(s) to drop their roles: " + (
@@ -325,8 +339,10 @@ class InstanceReconciler:
                 label_selector=f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=data",
             )
             for claim in claims:
-                with contextlib.suppress(NotFoundError):
-                    await self.client.delete(claim)
+                # The claim listed, not one re-created under its name since (by the
+                # StatefulSet controller, or for a new instance of this name).
+                with contextlib.suppress(NotFoundError, ConflictError):
+                    await self.client.delete(claim, preconditions={"uid": claim["metadata"]["uid"]})
             if claims:
                 self.recorder.record(
                     instance,
@@ -376,6 +392,8 @@ class InstanceReconciler:
             Condition("Degraded", not verdict.accepted, verdict.reason, verdict.message),
         )
         await write_status(self.client, instance, status)
+        if verdict.accepted:
+            await self._sweep(instance, info)
         return Result(requeue_after=self.recheck_after)
 
     # -- in-cluster servers ---------------------------------------------------------------
@@ -471,7 +489,22 @@ class InstanceReconciler:
         await write_status(self.client, instance, status)
         if wait_for_backup:
             return Result(requeue_after=self.backup_poll)
-        return Result(requeue_after=self.pod_poll) if wait_for_pods else None
+        if wait_for_pods:
+            return Result(requeue_after=self.pod_poll)
+        if progress.ready:
+            await self._sweep(instance)
+            return Result(requeue_after=self.sweep_every)
+        return None
+
+    async def _sweep(self, instance: Obj, info: sql.ConnInfo | None = None) -> None:
+        """Drop the roles of the (Ready) instance that no PostgresUser claims
+        (:mod:`controllers.postgres.sweep`). A server that does not answer is logged, not
+        raised: the status is written, and the next reconcile sweeps again."""
+        try:
+            info = info or await admin_conninfo(self.client, instance)
+            await sweep_orphan_roles(self.client, self.recorder, instance, info)
+        except (ConfigurationError, sql.DatabaseError) as err:
+            reconcile_logger(__name__).info("orphan-role sweep skipped: %s", err)
 
     async def _restore_progress(
         self,
@@ -655,6 +688,7 @@ async def setup_instance_controller(
     options: ControllerOptions | None = None,
     recorder: EventRecorder | None = None,
     recheck_after: float = 300.0,
+    sweep_every: float = 600.0,
 ) -> Controller:
     """Build the PostgresInstance controller on ``host`` (a manager, or anything with
     ``add``: it also gets the recorder's closer), and the instances' failover controller
@@ -663,11 +697,15 @@ async def setup_instance_controller(
     every instance) and PostgresUser deletions (to finish an instance's deletion)."""
     await setup_ha_controller(host, client, options=options, recorder=recorder)
     recorder = controller_recorder(host, "postgres.crpy.io/instance-controller", recorder)
-    reconciler = InstanceReconciler(client, recorder, recheck_after=recheck_after)
+    reconciler = InstanceReconciler(
+        client, recorder, recheck_after=recheck_after, sweep_every=sweep_every
+    )
     cache = client.cache
 
     def every_instance(_: Mapping[str, Any]) -> list[Request]:
-        return [request_for(i) for i in cache.list(API_VERSION, INSTANCE)]
+        # Metadata is all it needs: also the instances a memory budget holds no body of.
+        bodies, evicted = cache.list_held(API_VERSION, INSTANCE)
+        return [request_for(i) for i in bodies] + evicted
 
     def user_instance(user: Mapping[str, Any]) -> list[Request]:
         name = ref_name(user, "instanceRef")

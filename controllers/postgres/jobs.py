@@ -16,7 +16,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.postgres.api import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+from controllers.postgres.api import (
+    ANNOTATION_BACKUP_UID,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
 from controllers.postgres.render import REPLICATION_USER, Names, endpoint
 
 Obj = dict[str, Any]
@@ -193,8 +198,10 @@ def delete_object_job(backup: Mapping[str, Any]) -> Obj:
     AWS CLI (the uploader image, the same endpoint and credentials as the upload).
 
     It has no owner reference, so a foreground deletion of the Backup does not remove it
-    while it runs; it carries the Backup's label (the Backup controller maps its events back)
-    and ``ttlSecondsAfterFinished``. One attempt plus one retry (``backoffLimit: 1``).
+    while it runs; it carries the Backup's label (the Backup controller maps its events back),
+    the Backup's UID (annotation ``postgres.crpy.io/backup-uid``: a later Backup of the same
+    name never takes it for its own) and ``ttlSecondsAfterFinished``. One attempt plus one
+    retry (``backoffLimit: 1``).
     Deleting an object that does not exist succeeds (S3's DELETE is idempotent)."""
     spec = backup.get("spec") or {}
     storage = spec.get("storage") or {}
@@ -218,6 +225,7 @@ def delete_object_job(backup: Mapping[str, Any]) -> Obj:
             "name": job_name(meta["name"], "delete"),
             "namespace": meta["namespace"],
             "labels": labels,
+            **({"annotations": {ANNOTATION_BACKUP_UID: meta["uid"]}} if meta.get("uid") else {}),
         },
         "spec": {
             "backoffLimit": 1,

@@ -18,7 +18,14 @@ fix it. Passwords are never logged, put in an event, a condition or a SQL statem
 A finalizer (``postgres.crpy.io/drop-role``) drops the role when the PostgresUser is deleted
 (its objects are reassigned to the administrator: data is kept; the database is kept too).
 When the instance is gone, or is an in-cluster instance being deleted, there is nothing left
-to drop the role from and the finalizer is released without it.
+to drop the role from and the finalizer is released without it (confirmed by a live read: a
+cache behind the instance's creation must not strand the role).
+
+Every role this controller creates carries the operator's ownership mark (a comment naming
+the instance, see :mod:`controllers.postgres.ownership`), and a role it converges gets the
+mark when it has no comment: the instance's orphan sweep (:mod:`controllers.postgres.sweep`)
+drops a marked role that no PostgresUser claims any more, e.g. one created by a reconcile
+that was interrupted between ``CREATE ROLE`` and its check that the user still exists.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from controllers.postgres.api import (
     ref_name,
 )
 from controllers.postgres.common import (
-    instance_referrers,
+    referrer_requests,
     set_conditions,
     status_copy,
     write_status,
@@ -67,13 +74,15 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
+from controllers.postgres.ownership import owner_of
 from controllers.recording import controller_recorder
 
 Obj = dict[str, Any]
 
 
 def role_spec(user: Obj, password: str) -> sql.RoleSpec:
-    """The role ``user`` asks for; :class:`InvalidNameError` for a name we refuse."""
+    """The role ``user`` asks for, marked as the operator's (for ``user``'s instance);
+    :class:`InvalidNameError` for a name we refuse."""
     spec = user.get("spec") or {}
     return sql.RoleSpec(
         name=check_identifier(str(spec.get("roleName", "")), "spec.roleName"),
@@ -81,6 +90,7 @@ def role_spec(user: Obj, password: str) -> sql.RoleSpec:
         database=check_identifier(str(spec.get("database", "")), "spec.database"),
         privileges="ReadOnly" if spec.get("privileges") == "ReadOnly" else "ReadWrite",
         connection_limit=int(spec.get("connectionLimit", -1)),
+        owner=owner_of(user),
     )
 
 
@@ -241,9 +251,18 @@ class UserReconciler:
     async def _drop(self, user: Obj, instance: Obj | None) -> None:
         spec = user.get("spec") or {}
         role = str(spec.get("roleName", ""))
-        if instance is None or (
-            is_being_deleted(instance) and not (instance.get("spec") or {}).get("external")
-        ):
+        if _no_server(instance):
+            # Releasing without a drop is for good: the cache's word is not enough (a new
+            # leader's instance cache may lag behind its users cache).
+            instance = await ignore_not_found(
+                self.client.live.get(
+                    API_VERSION,
+                    INSTANCE,
+                    name=ref_name(user, "instanceRef") or "",
+                    namespace=user["metadata"]["namespace"],
+                )
+            )
+        if _no_server(instance):
             self.recorder.record(
                 user,
                 "Normal",
@@ -252,6 +271,7 @@ class UserReconciler:
                 "DropRole",
             )
             return
+        assert instance is not None
         try:
             check_identifier(role, "spec.roleName")
         except InvalidNameError:
@@ -273,6 +293,14 @@ class UserReconciler:
             self.recorder.record(user, "Normal", "RoleDropped", f"dropped role {role}", "DropRole")
 
 
+def _no_server(instance: Obj | None) -> bool:
+    """Whether there is no server left to drop a role from: the instance is gone, or is an
+    in-cluster one being deleted."""
+    return instance is None or (
+        is_being_deleted(instance) and not (instance.get("spec") or {}).get("external")
+    )
+
+
 async def setup_user_controller(
     host: ControllerHost,
     client: Client,
@@ -287,11 +315,7 @@ async def setup_user_controller(
     cache = client.cache
 
     def instance_users(instance: Mapping[str, Any]) -> list[Request]:
-        namespace = instance["metadata"]["namespace"]
-        return [
-            Request(namespace, u["metadata"]["name"])
-            for u in instance_referrers(cache, API_VERSION, USER, dict(instance))
-        ]
+        return referrer_requests(cache, API_VERSION, USER, dict(instance))
 
     return await (
         ControllerBuilder(host)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from controller_runtime import ControllerBuilder, Request
+from controller_runtime import ControllerBuilder, Request, metrics
 from controller_runtime.builder import ControllerHost
 from controller_runtime.manager import Manager, ManagerOptions
 from informers import metrics as informer_metrics
@@ -60,6 +60,18 @@ async def until(condition: Callable[[], Awaitable[bool]], timeout: float, what: 
             raise AssertionError(f"not within {timeout}s: {what}")
         await asyncio.sleep(0.1)
     return time.monotonic() - start
+
+
+def series(controller: str) -> list[str]:
+    """The names of the series exported for ``controller`` (by its ``controller`` label)."""
+    return sorted(
+        {
+            sample.name
+            for family in metrics.REGISTRY.collect()
+            for sample in family.samples
+            if sample.labels.get("controller") == controller
+        }
+    )
 
 
 def store_objects(resource: str) -> float:
@@ -240,12 +252,29 @@ async def test_stopping_a_controller_over_10k_objects_frees_its_watch_and_store(
     assert store_objects("configmaps") == 0
 
     reconciled = Reconciled()
+    stopped = False
+    late: list[str] = []
+    active = 0
+    in_flight_at_return: list[int] = []
+
+    async def reconcile(request: Request) -> None:
+        nonlocal active
+        if stopped:
+            late.append(request.name)
+        active += 1
+        try:
+            await asyncio.sleep(0)  # a reconcile that yields, as any real one does
+            await reconciled.reconcile(request)
+        finally:
+            active -= 1
+
+    name = f"dyn-10k-{uuid.uuid4().hex[:6]}"
     controller = await (
         ControllerBuilder(manager)
-        .named(f"dyn-10k-{uuid.uuid4().hex[:6]}")
+        .named(name)
         .for_("v1", "ConfigMap")
         .with_options(max_concurrent_reconciles=4)
-        .complete(reconciled.reconcile)
+        .complete(reconcile)
     )
     await manager.add_controller(controller)
     (informer,) = manager.cache.watched("v1", "ConfigMap").informers.values()  # type: ignore[union-attr]
@@ -259,15 +288,26 @@ async def test_stopping_a_controller_over_10k_objects_frees_its_watch_and_store(
         "the watch is open",
     )
     await reconciled.wait_count(100)  # working through the backlog: stopped mid-flight
+    assert series(name)
 
     await manager.remove_controller(controller)
+    stopped = True
+    in_flight_at_return.append(active)
+    # Freed when remove_controller returns, not when the collector gets to it.
+    held = store()
+    assert held is None or len(held) == 0, "the stopped informer's store still holds objects"
+    del held
     assert manager.factory.informers() == []
     assert store_objects("configmaps") == 0
+    assert series(name) == [], "the stopped controller's metric series are still exported"
     took = await until(
         lambda: _at_most(apiserver_watches(transport, "configmaps"), baseline),
         5,
         "the API server closed the watch",
     )
+    # Thousands of keys were still queued at the stop: had a worker outlived it, it would
+    # have taken some of them while the watch closed.
+    assert in_flight_at_return == [0] and late == [], f"reconciles after the stop: {late[:5]}"
     gc.collect()
     assert store() is None, "the stopped informer's store is still referenced"
     assert took < 5

@@ -99,10 +99,17 @@ async def lagging(
 
 
 async def run_scenario(
-    watching: Transport, writing: Transport, namespace: str, *, guarded: bool
+    watching: Transport,
+    writing: Transport,
+    namespace: str,
+    *,
+    guarded: bool,
+    memory_limit: int | None = None,
 ) -> Run:
+    """``memory_limit``: the cache's budget (0: it holds the metadata of every object and
+    no body, so each read of a child is a live GET, at no older a version than cached)."""
     factory = InformerFactory(watching)
-    cache = Cache(factory, namespaces=[namespace])
+    cache = Cache(factory, namespaces=[namespace], memory_limit=memory_limit)
     client = Client(writing, cache)
     created: dict[str, int] = {}
     reconciles = 0

@@ -846,3 +846,36 @@ async def test_a_malformed_line_on_a_real_watch_relists_and_the_informer_goes_on
             assert sample(metric, resource=label, **{key: value}) > seen_before
         finally:
             await informer.stop()
+
+
+async def test_watch_latency_delays_the_watch_and_not_the_reads(
+    admin_config: ClusterConfig, opening_proxy: FaultProxy, transport: Transport, namespace: str
+) -> None:
+    """The proxy's ``watch_latency`` holds back what watches receive, in order, while a read
+    through the same proxy sees the server's current state: a cache that lags behind live
+    reads, as a new leader's may."""
+    resource = await Discovery(transport).resolve("v1", "ConfigMap")
+    lag = 5.0
+    async with Transport(_via(admin_config, opening_proxy)) as proxied:
+        informer = SharedInformer(proxied, resource, namespace=namespace)
+        recorder = Recorder()
+        informer.add_handler(recorder)
+        informer.start()
+        base = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            assert await informer.wait_for_sync(30)
+            opening_proxy.watch_latency = lag
+            loop = asyncio.get_running_loop()
+            created_at = loop.time()
+            await transport.request("POST", base, body=configmap("first"))
+            await transport.request("POST", base, body=configmap("second"))
+            read = await proxied.get_json(f"{base}/second")
+            assert read["metadata"]["name"] == "second"
+            assert f"{namespace}/first" not in informer.store, "the watch was not delayed"
+            await recorder.wait_for(named("second", "ADDED"), timeout=60)
+            assert loop.time() - created_at >= lag
+            added = [o["metadata"]["name"] for k, o, _ in recorder.deltas if k == "ADDED"]
+            assert added[-2:] == ["first", "second"]
+        finally:
+            opening_proxy.watch_latency = 0.0
+            await informer.stop()

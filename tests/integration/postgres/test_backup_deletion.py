@@ -10,7 +10,8 @@ status as the job controller would).
 - a Failed Backup goes at once, without a deletion Job; so does one whose Job never
   started (the Job is deleted);
 - an instance deleted while its Backup's Job runs fails the Backup (``InstanceDeleted``) and
-  deletes the Job.
+  deletes the Job; so does one deleted and re-created under the same name (another UID);
+- a deletion Job of an earlier Backup of the same name is never taken for this one's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ import pytest
 
 from controller_runtime.client import Client
 from controllers.postgres import setup_backup_controller, setup_instance_controller
-from controllers.postgres.api import API_VERSION, BACKUP, BACKUP_FINALIZER
+from controllers.postgres.api import (
+    ANNOTATION_BACKUP_UID,
+    ANNOTATION_INSTANCE_UID,
+    API_VERSION,
+    BACKUP,
+    BACKUP_FINALIZER,
+)
+from controllers.postgres.jobs import delete_object_job
 from controllers.postgres.localserver import LocalPostgres
 from kubeclient.config import ClusterConfig
 from kubeclient.transport import Transport
@@ -236,3 +244,80 @@ async def test_a_terminating_namespace_does_not_hold_a_backup(
     assert await wait_for(transport, "Backup", namespace, "last", lambda o: o is None) is None
     jobs = await kube.live.list("batch/v1", "Job", namespace=namespace)
     assert "last-delete" not in [j["metadata"]["name"] for j in jobs]
+
+
+async def test_an_instance_recreated_during_the_backup_fails_it(
+    admin_config: ClusterConfig,
+    kube: Client,
+    transport: Transport,
+    namespace: str,
+    postgres_server: LocalPostgres,
+) -> None:
+    """The Job is made for one instance (its UID is on the Job): an instance deleted and
+    re-created under the same name between two looks is another one, and fails the Backup
+    like a deletion (the Job would otherwise back up the new instance, or wait for ever)."""
+    major = postgres_server.version.split(".")[0]
+    await set_policy(kube, {major: True}, defaultImage="registry.example/postgres:{version}")
+    first = await external_instance(kube, namespace, postgres_server)
+    # Only the Backup controller: nothing holds the instance's deletion, so the re-creation
+    # follows at once.
+    async with running_operator(admin_config, namespace, (setup_backup_controller,)):
+        await kube.create(backup("moved", namespace))
+        job = await wait_for(
+            transport, "jobs", namespace, "moved-backup", lambda o: o is not None, api="batch/v1"
+        )
+        assert job is not None
+        assert job["metadata"]["annotations"][ANNOTATION_INSTANCE_UID] == first["metadata"]["uid"]
+        await kube.patch_status(job, {"status": {"startTime": "2030-01-01T03:00:00Z", "active": 1}})
+        await wait_for(transport, "Backup", namespace, "moved", phase_is("Running"))
+        await kube.delete(first)
+        second = dict(first)
+        second["metadata"] = {"name": "db", "namespace": namespace}
+        second.pop("status", None)
+        second = await kube.create(second)
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        failed = await wait_for(
+            transport, "Backup", namespace, "moved", phase_is("Failed"), timeout=60
+        )
+        assert condition(failed, "Failed")["reason"] == "InstanceDeleted"
+        assert (
+            await wait_for(
+                transport, "jobs", namespace, "moved-backup", lambda o: o is None, api="batch/v1"
+            )
+            is None
+        )
+
+
+async def test_a_deletion_job_of_an_earlier_backup_of_the_name_is_not_taken_for_ours(
+    backups_running: Any, kube: Client, transport: Transport, namespace: str
+) -> None:
+    """A deletion Job left by an earlier Backup of the same name (it deletes that Backup's
+    object) is waited for and removed, never taken for this Backup's: its success is not
+    this object's deletion."""
+    done = await finished_backup(kube, transport, namespace, "again", COMPLETE)
+    earlier = delete_object_job(
+        {**done, "metadata": {**done["metadata"], "uid": "uid-of-an-earlier-backup"}}
+    )
+    earlier = await kube.create(earlier)
+    await kube.delete(done)
+    await kube.patch_status(earlier, {"status": COMPLETE})
+    ours = await wait_for(
+        transport,
+        "jobs",
+        namespace,
+        "again-delete",
+        lambda o: (
+            o is not None
+            and o["metadata"].get("annotations", {}).get(ANNOTATION_BACKUP_UID)
+            == done["metadata"]["uid"]
+        ),
+        api="batch/v1",
+    )
+    assert ours is not None
+    assert [e["reason"] for e in await events_for(kube, namespace, "again")].count(
+        "ObjectDeleted"
+    ) == 0, "the earlier Backup's deletion was taken for this one's"
+    await kube.patch_status(ours, {"status": COMPLETE})
+    assert await wait_for(transport, "Backup", namespace, "again", lambda o: o is None) is None
+    reasons = [e["reason"] for e in await events_for(kube, namespace, "again")]
+    assert reasons.count("ObjectDeleted") == 1

@@ -363,3 +363,60 @@ async def test_a_role_created_for_a_user_recreated_meanwhile_follows_the_new_use
     assert roles_like(postgres_server, old_role) == ([old_role] if same_role else []), (
         "the role of a re-created PostgresUser's predecessor remains"
     )
+
+
+async def test_a_cache_behind_the_instance_does_not_release_a_user_without_its_drop(
+    lagging: LaggingClient,
+    kube: Client,
+    namespace: str,
+    postgres_server: LocalPostgres,
+) -> None:
+    """The finalizer of a deleted PostgresUser is released without dropping the role only when
+    the instance is really gone: a cache that does not show the instance (a new leader whose
+    instance watch lags behind its users watch) is checked against the server first."""
+    major = postgres_server.version.split(".")[0]
+    await set_policy(kube, {major: True})
+    recorder = EventRecorder(kube, reporting_controller="crpy.io/test", reporting_instance="t")
+    await external_instance(kube, namespace, postgres_server)
+    lagging.lagging = False
+    await lagging.catch_up(namespace)
+    await InstanceReconciler(lagging, recorder).reconcile(Request(namespace, "db"))
+    await lagging.catch_up(namespace)
+    await kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "kept-pw", "namespace": namespace},
+            "stringData": {"password": "a-password-for-kept"},
+        }
+    )
+    role = f"{namespace.replace('-', '_')}_kept"
+    await kube.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": USER,
+            "metadata": {"name": "kept", "namespace": namespace},
+            "spec": {
+                "instanceRef": {"name": "db"},
+                "roleName": role,
+                "database": "kept",
+                "passwordSecretRef": {"name": "kept-pw", "key": "password"},
+            },
+        }
+    )
+    await lagging.catch_up(namespace)
+    users = UserReconciler(lagging, recorder)
+    for _ in range(2):  # the finalizer, then the role
+        await users.reconcile(Request(namespace, "kept"))
+        await lagging.catch_up(namespace)
+    assert roles_like(postgres_server, role) == [role]
+    await kube.delete(API_VERSION, USER, name="kept", namespace=namespace)
+    await lagging.catch_up(namespace)
+    deleting = await kube.live.get(API_VERSION, USER, name="kept", namespace=namespace)
+    # The user's deletion is in the cache; the instance is not (yet).
+    lagging.history[(USER, namespace, "kept")] = [deleting, deleting]
+    lagging.history[(INSTANCE, namespace, "db")] = []
+    lagging.lagging = True
+    await users.reconcile(Request(namespace, "kept"))
+    await recorder.close()
+    assert roles_like(postgres_server, role) == [], "released without dropping the role"

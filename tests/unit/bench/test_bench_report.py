@@ -287,6 +287,8 @@ controller_runtime_reconcile_total{controller="task",result="error"} 5.0
 controller_runtime_reconcile_total{controller="task",result="requeue"} 0.0
 controller_runtime_reconcile_total{controller="other",result="success"} 1000.0
 controller_runtime_reconcile_created{controller="task",result="success"} 1.7e9
+cache_fetch_on_miss_total{group="tasks.crpy.io",kind="Task"} 40.0
+cache_fetch_on_miss_total{group="",kind="ConfigMap"} 2.0
 """
 
 GO_EXPOSITION = b"""controller_runtime_reconcile_total{controller="task",result="error"} 0
@@ -299,7 +301,7 @@ workqueue_depth{controller="task",name="task"} 0
 
 def test_scrape_sums_one_controllers_reconciles_over_results_and_its_queue_depth() -> None:
     progress = parse(OURS_EXPOSITION, "task")
-    assert progress == Progress(reconciles=100.0, depth=3.0, started=True)
+    assert progress == Progress(reconciles=100.0, depth=3.0, started=True, errors=5.0, fetches=42.0)
     assert not progress.done(100)  # items are still queued
     assert parse(GO_EXPOSITION, "task") == Progress(100.0, 0.0, started=True)
     assert parse(GO_EXPOSITION, "task").done(100)

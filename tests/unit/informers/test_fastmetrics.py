@@ -54,3 +54,16 @@ def test_bad_labels_and_negative_increments_are_refused() -> None:
     with pytest.raises(ValueError, match="only go up"):
         child.inc(-1)
     assert child.value == 0
+
+
+def test_a_removed_series_is_no_longer_exported() -> None:
+    registry = CollectorRegistry()
+    counter = fastmetrics.Counter("x_total", "X.", ["a"], registry=registry)
+    histogram = fastmetrics.Histogram("y_seconds", "Y.", ["a"], buckets=BUCKETS, registry=registry)
+    for family in (counter, histogram):
+        family.labels("gone")
+        family.labels("kept")
+        family.remove("gone")
+        family.remove("never there")  # nothing to remove: no error
+    exported = {s.labels.get("a") for f in registry.collect() for s in f.samples}
+    assert exported == {"kept"}

@@ -6,7 +6,8 @@ from typing import Any
 
 from controller_runtime import Request
 from controllers.postgres import jobs
-from controllers.postgres.backup import _deletion_job_owner
+from controllers.postgres.api import ANNOTATION_BACKUP_UID
+from controllers.postgres.backup import _deletion_job_of, _deletion_job_owner, instance_gone
 
 BACKUP: dict[str, Any] = {
     "metadata": {"name": "nightly-29000000", "namespace": "shop"},
@@ -70,3 +71,29 @@ def test_only_deletion_jobs_map_to_their_backup() -> None:
     }
     assert list(_deletion_job_owner(backup_job)) == []
     assert list(_deletion_job_owner({"metadata": {"name": "x", "namespace": "shop"}})) == []
+
+
+def test_the_deletion_job_names_its_backup_by_uid_and_only_it_is_taken_for_its_own() -> None:
+    backup = {**BACKUP, "metadata": {**BACKUP["metadata"], "uid": "u-1"}}
+    job = jobs.delete_object_job(backup)
+    assert job["metadata"]["annotations"] == {ANNOTATION_BACKUP_UID: "u-1"}
+    assert _deletion_job_of(job, backup)
+    successor = {**backup, "metadata": {**backup["metadata"], "uid": "u-2"}}
+    assert not _deletion_job_of(job, successor)
+    # A Job of an earlier version, without the annotation, is the Backup's of its name.
+    assert _deletion_job_of(jobs.delete_object_job(BACKUP), successor)
+
+
+def instance(uid: str, *, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "db", "namespace": "shop", "uid": uid}
+    if deleting:
+        meta["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    return {"metadata": meta}
+
+
+def test_an_instance_is_gone_for_a_job_when_deleted_going_or_another_one() -> None:
+    assert instance_gone("db", instance("i-1"), "i-1") == ""
+    assert instance_gone("db", instance("i-2"), None) == ""  # a Job of an earlier version
+    assert "was deleted while" in instance_gone("db", None, "i-1")
+    assert "re-created" in instance_gone("db", instance("i-2"), "i-1")
+    assert "being deleted" in instance_gone("db", instance("i-1", deleting=True), "i-1")
