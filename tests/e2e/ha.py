@@ -95,16 +95,24 @@ def wait_healthy(
     not_: str | None = None,
     absent: Iterable[str] = (),
 ) -> str:
+    """The primary's name from the first observation that found the instance healthy (a
+    second read could catch the moment after, e.g. a rejoining member's label changing)."""
     skip = tuple(absent)
+    seen: list[str] = []
+
+    def check() -> bool:
+        primary = healthy(cluster, namespace, replicas, not_=not_, absent=skip)
+        if primary is not None:
+            seen.append(primary)
+        return primary is not None
+
     wait_for(
-        lambda: healthy(cluster, namespace, replicas, not_=not_, absent=skip) is not None,
+        check,
         f"postgresinstance {namespace}/{NAME}: {what}",
         timeout,
         lambda: diagnostics(cluster, namespace, f"postgresinstance {NAME}"),
     )
-    primary = healthy(cluster, namespace, replicas, not_=not_, absent=skip)
-    assert primary is not None
-    return primary
+    return seen[-1]
 
 
 def app_log(cluster: LocalCluster, namespace: str, pod: str = "app") -> Log:
