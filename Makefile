@@ -35,7 +35,7 @@ help:
 	@echo "make manifests  regenerate the CRDs and RBAC in manifests/ from the code"
 	@echo "make wheel      build the library's wheel into $(CACHE_DIR)/dist"
 	@echo "make e2e        the end-to-end tests on a local cluster with a real node (root)"
-	@echo "make e2e-ha-numbers  the PostgreSQL failover scenarios 10 times each: write gaps"
+	@echo "make e2e-ha-numbers  the PostgreSQL failover scenarios 10 times each on 3 nodes: write gaps"
 	@echo "make test-existing  the suite against a local cluster with a node (USE_EXISTING_CLUSTER)"
 
 venv: $(STAMP)
@@ -73,12 +73,14 @@ e2e: venv binaries
 	@sh scripts/ensure-node-packages.sh
 	CRPY_E2E=1 $(BIN)/pytest $(or $(TESTS),tests/e2e) -v -s --timeout=1800 $(PYTEST_ARGS)
 
-# The failover scenarios of tests/e2e/test_failover.py ten times each on one instance: the write
-# gaps, with medians and worst cases, in ha-numbers.json (docs/e2e.md, "High availability").
+# The failover scenarios ten times each (ROUNDS=N for another count) on three nodes: those of
+# tests/e2e/test_failover.py on one instance, the node lost and partitioned each on a new one;
+# the write gaps, with medians and worst cases, in ha-numbers.json (docs/e2e.md, "High
+# availability").
 e2e-ha-numbers: venv binaries
 	@sh scripts/ensure-node-packages.sh
-	CRPY_E2E=1 CRPY_HA_ROUNDS=$(or $(ROUNDS),10) $(BIN)/pytest tests/e2e/test_failover.py -v -s \
-		--timeout=7200 $(PYTEST_ARGS)
+	CRPY_E2E=1 CRPY_HA_ROUNDS=$(or $(ROUNDS),10) $(BIN)/pytest tests/e2e/test_failover_nodes.py \
+		tests/e2e/test_failover.py -v -s --timeout=7200 $(PYTEST_ARGS)
 
 # The suite (as `make test` runs it, without lint) against the local cluster with a node (root):
 # USE_EXISTING_CLUSTER=true on a real controller-manager, scheduler, kubelet and kube-proxy.

@@ -5,6 +5,8 @@ it, labelled so), the rows each member holds, the host's PID of a postmaster."""
 from __future__ import annotations
 
 import json
+import os
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,34 @@ POLICY = {
 BOOT_TIMEOUT = 300.0
 RECOVERY_TIMEOUT = 180.0
 LABEL_ROLE = "postgres.crpy.io/role"
+ROUNDS = max(1, int(os.environ.get("CRPY_HA_ROUNDS", "1")))
+"""How often each scenario runs (``make e2e-ha-numbers``: 10; ``make e2e``: once)."""
+GAPS: dict[str, list[float]] = {}
+"""Every write gap (and isolated primary's last acknowledgement) measured, per scenario."""
+
+
+def record(scenario: str, seconds: float) -> None:
+    GAPS.setdefault(scenario, []).append(seconds)
+
+
+def write_numbers() -> None:
+    """Every round's numbers, and per scenario the median and the worst, to
+    ``$CRPY_HA_RESULTS`` (default ``ha-numbers.json``); every module of scenarios calls it at
+    its end, so the file holds all the session measured so far."""
+    summary = {
+        scenario: {
+            "rounds": len(values),
+            "median": round(statistics.median(values), 3),
+            "worst": round(max(values), 3),
+            "values": [round(v, 3) for v in values],
+        }
+        for scenario, values in GAPS.items()
+    }
+    path = Path(os.environ.get("CRPY_HA_RESULTS", "ha-numbers.json"))
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"\nover {ROUNDS} round(s) each (written to {path}):")
+    for scenario, numbers in summary.items():
+        print(f"  {scenario}: median {numbers['median']:.2f} s, worst {numbers['worst']:.2f} s")
 
 
 def apply_instance(cluster: LocalCluster, namespace: str, replicas: int, **spec: Any) -> None:
@@ -119,10 +149,12 @@ def app_log(cluster: LocalCluster, namespace: str, pod: str = "app") -> Log:
     return parse(cluster.kubectl("logs", "-n", namespace, pod, check=False, timeout=60))
 
 
-def rows_on(cluster: LocalCluster, namespace: str, pod: str) -> set[int] | None:
+def rows_on(
+    cluster: LocalCluster, namespace: str, pod: str, table: str = "acked"
+) -> set[int] | None:
     out = cluster.kubectl(
         "exec", "-n", namespace, pod, "-c", "postgres", "--",
-        "psql", "-U", "postgres", "-d", "postgres", "-tAc", "SELECT id FROM acked",
+        "psql", "-U", "postgres", "-d", "postgres", "-tAc", f"SELECT id FROM {table}",
         check=False, timeout=60,
     )  # fmt: skip
     try:
@@ -131,19 +163,28 @@ def rows_on(cluster: LocalCluster, namespace: str, pod: str) -> set[int] | None:
         return None
 
 
-def holds_all(cluster: LocalCluster, namespace: str, pod: str, acked: set[int], after: str) -> None:
-    """Until ``pod`` holds every row of ``acked`` (it may be catching up or restarting)."""
+def holds_all(
+    cluster: LocalCluster,
+    namespace: str,
+    pod: str,
+    acked: set[int],
+    after: str,
+    *,
+    table: str = "acked",
+) -> None:
+    """Until ``pod`` holds every row of ``acked`` in ``table`` (it may be catching up or
+    restarting)."""
 
     def check() -> bool:
-        return (rows_on(cluster, namespace, pod) or set()) >= acked
+        return (rows_on(cluster, namespace, pod, table) or set()) >= acked
 
     def describe() -> str:
-        missing = sorted(acked - (rows_on(cluster, namespace, pod) or set()))
+        missing = sorted(acked - (rows_on(cluster, namespace, pod, table) or set()))
         return f"missing: {missing[:20]}\n" + diagnostics(cluster, namespace, f"pod {pod}")
 
     wait_for(
         check,
-        f"{namespace}/{pod} holding all {len(acked)} acknowledged rows after {after}",
+        f"{namespace}/{pod} holding all {len(acked)} acknowledged rows of {table} after {after}",
         RECOVERY_TIMEOUT,
         describe,
     )

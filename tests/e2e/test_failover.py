@@ -18,7 +18,8 @@ measured, not tested).
 
 ``CRPY_HA_ROUNDS=N`` (``make e2e-ha-numbers``: 10) repeats each scenario N times on the same
 instance and writes every write gap, with medians and worst cases, to
-``$CRPY_HA_RESULTS`` (default ``ha-numbers.json`` in the working directory).
+``$CRPY_HA_RESULTS`` (default ``ha-numbers.json`` in the working directory; with
+test_failover_nodes.py's numbers when both run).
 """
 
 from __future__ import annotations
@@ -26,23 +27,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from controller_runtime.envtest.node.cluster import LocalCluster
 from tests.e2e import ha
-from tests.e2e.ha import BOOT_TIMEOUT, NAME, RECOVERY_TIMEOUT, app_log
+from tests.e2e.ha import BOOT_TIMEOUT, NAME, RECOVERY_TIMEOUT, ROUNDS, app_log
 from tests.e2e.support import TIMINGS, diagnostics, get_json, new_namespace, wait_for
 from tests.e2e.traffic import double_primaries, errors_between, start_app, write_gap
 
 REPLICAS = 3
-ROUNDS = max(1, int(os.environ.get("CRPY_HA_ROUNDS", "1")))
-GAPS: dict[str, list[float]] = {}
-"""Every write gap measured, per scenario (for ``make e2e-ha-numbers``)."""
 
 
 def healthy(cluster: LocalCluster, namespace: str, *, not_: str | None = None) -> str | None:
@@ -72,29 +68,11 @@ def instance(cluster: LocalCluster, operator: str) -> Iterator[str]:
     )
     yield namespace
     if ROUNDS > 1:
-        write_numbers()
+        ha.write_numbers()
     cluster.kubectl("delete", "pod", "app", "-n", namespace, "--wait=false", check=False)
     cluster.kubectl(
         "delete", "postgresinstance", NAME, "-n", namespace, "--wait=false", check=False, timeout=60
     )
-
-
-def write_numbers() -> None:
-    """The write gaps of every round, and per scenario the median and the worst."""
-    summary = {
-        fault: {
-            "rounds": len(gaps),
-            "median": statistics.median(gaps),
-            "worst": max(gaps),
-            "gaps": [round(g, 3) for g in gaps],
-        }
-        for fault, gaps in GAPS.items()
-    }
-    path = Path(os.environ.get("CRPY_HA_RESULTS", "ha-numbers.json"))
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"\nwrite gaps over {ROUNDS} rounds (written to {path}):")
-    for fault, numbers in summary.items():
-        print(f"  {fault}: median {numbers['median']:.2f} s, worst {numbers['worst']:.2f} s")
 
 
 def check_after(
@@ -116,7 +94,7 @@ def check_after(
     assert doubles == [], f"{namespace}: two writable members after {fault}: {doubles[:5]}"
     gap = write_gap(log, since)
     TIMINGS[f"ha_write_gap_{fault}"] = gap
-    GAPS.setdefault(fault, []).append(gap)
+    ha.record(fault, gap)
     errors = errors_between(log, since, since + gap + 1)
     print(f"\n{fault}: {old} -> {new}, write gap {gap:.2f} s, errors {errors}")
 

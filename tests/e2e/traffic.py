@@ -4,8 +4,9 @@ PostgreSQL, and what its log says afterwards.
 :func:`app_pod` is a Pod in the operator's image (Python with psycopg) running
 :data:`SCRIPT`, two threads:
 
-- the **writer** commits one row per statement (``INSERT INTO acked (id)``, autocommit) through
-  the primary Service, as an application would: on any error it drops the connection,
+- the **writer** commits one row per statement (``INSERT INTO <table> (id)``, autocommit; the
+  table ``acked`` unless another is given, so two applications never share ids) through the
+  primary Service, as an application would: on any error it drops the connection,
   reconnects (2 s connect timeout, TCP keepalives and a 5 s user timeout so a dead peer is
   noticed) and never reuses an id whose outcome it did not see. It prints ``ack <id> <time>``
   for each acknowledged commit and ``err <time> <message>`` for each failure;
@@ -32,6 +33,7 @@ import os, sys, threading, time
 import psycopg
 
 lock = threading.Lock()
+TABLE = os.environ["TABLE"]
 def out(line):
     with lock:
         sys.stdout.write(line + "\n")
@@ -51,8 +53,8 @@ def writer():
         try:
             if conn is None:
                 conn = psycopg.connect(host=os.environ["PRIMARY"], connect_timeout=2, **common)
-                conn.execute("CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)")
-            conn.execute("INSERT INTO acked (id) VALUES (%s)", (next_id,))
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (id bigint PRIMARY KEY)")
+            conn.execute(f"INSERT INTO {TABLE} (id) VALUES (%s)", (next_id,))
             out(f"ack {next_id} {time.time():.3f}")
             next_id += 1
             time.sleep(0.02)
@@ -95,10 +97,11 @@ def app_pod(
     *,
     node: str | None = None,
     primary: str | None = None,
+    table: str = "acked",
 ) -> dict[str, Any]:
     """The application Pod for ``instance`` (its superuser Secret, ``members`` Pods sampled),
     on ``node`` if given, writing to ``primary`` (default the ``<instance>-primary``
-    Service)."""
+    Service) into ``table``."""
     headless = f"{instance}-headless"
     placement = {"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}
     return {
@@ -120,6 +123,7 @@ def app_pod(
                             "name": "PRIMARY",
                             "value": primary or f"{instance}-primary.{namespace}.svc",
                         },
+                        {"name": "TABLE", "value": table},
                         {
                             "name": "MEMBERS",
                             "value": " ".join(
@@ -144,8 +148,11 @@ def start_app(
     name: str = "app",
     node: str | None = None,
     primary: str | None = None,
+    table: str = "acked",
 ) -> str:
-    pod = app_pod(name, namespace, instance, members, image, node=node, primary=primary)
+    pod = app_pod(
+        name, namespace, instance, members, image, node=node, primary=primary, table=table
+    )
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
     return name
 
