@@ -36,10 +36,13 @@ The rules, which the failover machine (:mod:`controllers.postgres.failover`) rel
    has granted the role or the supervisor runs (or starts) PostgreSQL as primary, ready or
    not; any other role means the member is not and will not be primary without rule 3.
 5. **Follow only a confirmed primary.** A standby re-points to ``currentPrimary`` while the
-   phase is Healthy; while a failover or switchover runs it keeps the upstream it had, so a
-   primary being fenced keeps its standbys until it stops: they receive all of its WAL, its
-   shutdown checkpoint included (cutting them off first could leave the standby that gets
-   promoted one record short of the others). A standby that does not stream from the
+   phase is Healthy. While the old primary is being fenced (Fencing) it keeps the upstream it
+   had, so a primary being fenced keeps its standbys until it stops: they receive all of its
+   WAL, its shutdown checkpoint included (cutting them off first could leave the standby that
+   gets promoted one record short of the others). Once a target is named (Promoting, the
+   fence confirmed) it follows nobody until the new primary is healthy: a frozen old primary
+   that thaws then finds no standby to acknowledge a commit for it. A standby that does not
+   stream from the
    healthy primary for :data:`REWIND_AFTER` seconds is rewound (``pg_rewind``, which does
    nothing but restart it when the timelines did not diverge), at most once every
    :data:`REWIND_EVERY` seconds.
@@ -293,11 +296,9 @@ def decide(
         state = _confirm(state, standing, read_started, supervisor)
     else:
         state = replace(state, intent_primary=False, confirmed_at=None)
-    upstream = state.upstream  # kept while a failover or switchover runs (rule 5)
-    if standing.healthy:
-        upstream = ""
-        if standing.current not in (None, me, PENDING):
-            upstream = address_of.get(standing.current or "", "")
+    upstream = state.upstream if standing.phase == Phase.FENCING else ""  # rule 5
+    if standing.healthy and standing.current not in (None, me, PENDING):
+        upstream = address_of.get(standing.current or "", "")
     state = replace(state, upstream=upstream)
     state = _rewind(state, now, supervisor, postgres, upstream if standing.healthy else "")
     desired = Desired(

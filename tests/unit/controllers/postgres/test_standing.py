@@ -200,16 +200,19 @@ def test_a_fence_withdraws_the_role_and_the_lease() -> None:
     assert got.role == Role.STARTING and not got.position_known
 
 
-def test_standbys_re_point_only_while_healthy_and_keep_their_upstream_meanwhile() -> None:
+def test_standbys_keep_their_upstream_while_fencing_follow_nobody_while_promoting() -> None:
     following = round_(AgentState(), HEALTHY, at=1)
     assert following.desired.upstream == "db-0.db-headless 5432"
-    for standing in (
-        replace(HEALTHY, phase="Fencing", target=PENDING),
-        replace(HEALTHY, phase="Promoting", target="db-2"),
-    ):
-        # The fenced primary keeps its standbys until it stops: they get all of its WAL.
-        assert round_(following, standing, at=2).desired.upstream == "db-0.db-headless 5432"
-        assert round_(AgentState(), standing, at=2).desired.upstream == ""
+    fencing = replace(HEALTHY, phase="Fencing", target=PENDING)
+    # The fenced primary keeps its standbys until it stops: they get all of its WAL.
+    kept = round_(following, fencing, at=2)
+    assert kept.desired.upstream == "db-0.db-headless 5432"
+    assert round_(kept, fencing, at=3).desired.upstream == "db-0.db-headless 5432"
+    assert round_(AgentState(), fencing, at=2).desired.upstream == ""
+    # Once a target is named, nobody: a thawing old primary finds no standby to confirm.
+    promoting = replace(HEALTHY, phase="Promoting", target="db-2")
+    assert round_(kept, promoting, at=4).desired.upstream == ""
+    assert round_(following, promoting, at=4).desired.upstream == ""
     assert (
         round_(
             AgentState(), replace(HEALTHY, phase="Bootstrap", current=None), at=1
