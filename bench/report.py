@@ -11,8 +11,10 @@ Optional: ``p50_seconds``/``p99_seconds`` (float, churn lag), ``stage`` (str, co
 ``server_cpu_seconds`` (API server + etcd during the measured window), ``lag_quantiles``
 (101 floats: the lag at 0, 1, ..., 100 %), ``rss_per_object``/``json_per_object`` (core;
 ``heap_per_object`` for the Go core peer: its live heap after a forced GC, over N),
-``concurrency``/``workers``, ``version``, ``note``, ``runs`` and ``per_second_runs`` (when a
-result is the median of several runs: how many, and each run's ``per_second``). The restart
+``concurrency``/``workers``, ``version``, ``note``, ``runs``, ``per_second_runs`` and
+``cpu_seconds_runs`` (when a result is the median of several runs: how many, and each run's
+``per_second`` and ``cpu_seconds``, in the order they ran; ``rss_per_object_runs`` too where
+the runs have it). The restart
 scenario adds ``empty_rss_bytes`` (the process's RSS on an empty namespace; ``rss_per_object``
 is then peak minus that, over N), ``reconcile_errors`` (of the reconciles counted, those with
 ``result="error"``, from the last scrape), ``memory_limit`` and ``fetches_on_miss`` (the
@@ -74,6 +76,8 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "note": (str,),
     "runs": (int,),
     "per_second_runs": (list,),
+    "cpu_seconds_runs": (list,),
+    "rss_per_object_runs": (list,),
     "empty_rss_bytes": (int,),
     "list_bytes": (int,),
     "setup_seconds": (int, float),
@@ -158,8 +162,9 @@ def ratio(ours: float | None, peer: float | None) -> float | None:
 
 def median_of_runs(results: Iterable[Mapping[str, Any]]) -> list[Result]:
     """One result per (scenario, stage, objects, implementation): the run with the median
-    ``per_second`` (the lower middle one of an even count), with ``runs`` and
-    ``per_second_runs`` added when there was more than one. Order of first appearance."""
+    ``per_second`` (the lower middle one of an even count), with ``runs``,
+    ``per_second_runs`` and ``cpu_seconds_runs`` (and ``rss_per_object_runs`` where every run
+    has it) added when there was more than one. Order of first appearance."""
     runs: dict[tuple[str, str | None, int, str], list[Result]] = {}
     for result in results:
         runs.setdefault((*_key(result), result["implementation"]), []).append(dict(result))
@@ -172,6 +177,11 @@ def median_of_runs(results: Iterable[Mapping[str, Any]]) -> list[Result]:
         chosen = dict(ordered[(len(ordered) - 1) // 2])
         chosen["runs"] = len(members)
         chosen["per_second_runs"] = [r["per_second"] for r in members]
+        # CPU seconds are the steadier figure on a loaded machine: every run's, not only the
+        # median-rate run's.
+        chosen["cpu_seconds_runs"] = [r["cpu_seconds"] for r in members]
+        if all("rss_per_object" in r for r in members):
+            chosen["rss_per_object_runs"] = [r["rss_per_object"] for r in members]
         out.append(chosen)
     return out
 

@@ -28,6 +28,7 @@ top-level package (:func:`import_breakdown`), shows where the interpreter's star
 from __future__ import annotations
 
 import asyncio
+import compileall
 import contextlib
 import os
 import re
@@ -54,10 +55,30 @@ IDLE_SETTLE = 2.0
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "controllers.md"
 MIRROR_LABEL = {"app": "demo"}
 IMPORTS = {
-    "ours": "import controllers.app, controllers.task, controller_runtime.manager",
+    # What `python -m controllers` imports, in its order: the flags, then the runtime and the
+    # app, then aiohttp's server half when it starts serving the probes.
+    "ours": "import controllers.__main__; from controller_runtime import configure_logging; "
+    "from controller_runtime.manager import install_event_loop; "
+    "from controllers.app import run_operator; import aiohttp.web",
     "mirror": "import controller_runtime",
 }
 """What each Python program imports before its first request (for the importtime table)."""
+
+PACKAGES = ("controllers", "controller_runtime", "informers", "kubeclient")
+"""The project's packages, compiled to bytecode before the runs (:func:`precompile`)."""
+
+
+def precompile() -> None:
+    """Compile the project's modules to bytecode, as the operator's image does when it is
+    built (``compileall`` in the Dockerfile). A source checkout run with
+    ``PYTHONDONTWRITEBYTECODE`` set (as the image sets it, and many shells and CI runners do)
+    would otherwise compile each of its ~100 modules from source at every start, ~0.1 s of CPU
+    no deployed operator pays. Bytecode already up to date is left as it is."""
+    root = Path(__file__).resolve().parents[1]
+    for package in PACKAGES:
+        compileall.compile_dir(root / package, quiet=1)
+
+
 _PROBES = re.compile(r"probes at (http://[0-9.:]+)/healthz")
 
 
@@ -348,6 +369,7 @@ async def run_startup_round(
     order = [i for i in IMPLEMENTATIONS if i in implementations or i == "mirror"]
     if "go" not in implementations:
         order = [i for i in order if i != "go"]
+    precompile()
     breakdown: Mapping[str, dict[str, float]] = {
         name: measure_imports(IMPORTS[name]) for name in order if name in IMPORTS
     }

@@ -38,6 +38,8 @@ Everything else lives in a submodule named for what it is, as controller-runtime
 (the local control plane, for tests).
 """
 
+from typing import TYPE_CHECKING, Any
+
 # The four families below are re-exported whole: their modules' ``__all__`` is the list, kept
 # in one place. The other names are picked one by one.
 from controller_runtime import errors, handlers, predicates, util
@@ -54,14 +56,37 @@ from controller_runtime.manager import Manager, ManagerOptions, run_until_signal
 from controller_runtime.predicates import *  # noqa: F403
 from controller_runtime.reconcile import Request, Result, TerminalError
 from controller_runtime.util import *  # noqa: F403
-from controller_runtime.webhook import (
-    AdmissionRequest,
-    Denied,
-    HubConverter,
-    Spoke,
-    WebhookBuilder,
-    WebhookServer,
+
+if TYPE_CHECKING:
+    from controller_runtime.webhook import (
+        AdmissionRequest,
+        Denied,
+        HubConverter,
+        Spoke,
+        WebhookBuilder,
+        WebhookServer,
+    )
+
+_WEBHOOK_NAMES = frozenset(
+    ("AdmissionRequest", "Denied", "HubConverter", "Spoke", "WebhookBuilder", "WebhookServer")
 )
+
+
+def __getattr__(name: str) -> Any:
+    """The webhook names, imported on first use: an operator that serves no webhook does not
+    load the webhook server, its TLS and its certificate rotation (PEP 562)."""
+    if name in _WEBHOOK_NAMES:
+        from controller_runtime import webhook  # noqa: PLC0415
+
+        value = getattr(webhook, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WEBHOOK_NAMES})
+
 
 # The names picked one by one (the families are added below).
 __all__ = [

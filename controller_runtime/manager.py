@@ -68,11 +68,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import prometheus_client
-from aiohttp import web
-from prometheus_client.exposition import generate_latest
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller_runtime import metrics as cr_metrics
 from controller_runtime.builder import GuardFactory
@@ -87,14 +83,21 @@ from controller_runtime.leaderelection import (
     LeaderElector,
 )
 from controller_runtime.metrics import TASK_FAILURES, TASK_RESTARTS
-from controller_runtime.sharding import ShardRing, ShardRingConfig
 from controller_runtime.util.events import EventRecorder, EventRecorderOptions
-from controller_runtime.webhook.server import WebhookServer
 from informers import metrics as informer_metrics
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory
 from kubeclient.config import ClusterConfig
 from kubeclient.transport import Transport
+
+if TYPE_CHECKING:
+    # Imported where they are used, only by a manager that uses them: the HTTP server (metrics,
+    # probes), the Prometheus exposition, the shard ring, the webhook server. An operator with
+    # none of them configured starts without loading them.
+    from aiohttp import web
+
+    from controller_runtime.sharding import ShardRing, ShardRingConfig
+    from controller_runtime.webhook.server import WebhookServer
 
 __all__ = [
     "EVENT_LOOP_ENV",
@@ -226,6 +229,8 @@ class Manager:
         }
         self.shard_ring: ShardRing | None = None
         if options.shard_ring is not None:
+            from controller_runtime.sharding import ShardRing  # noqa: PLC0415
+
             self.shard_ring = ShardRing(self.transport, options.shard_ring)
             self.runnables.append(self.shard_ring)
             self._readyz["shards-synced"] = lambda: (
@@ -255,6 +260,8 @@ class Manager:
         on every replica, leader or not, from before the caches sync; its ``webhook-server``
         readiness check fails until it answers a TLS handshake with a trusted certificate."""
         if self._webhook_server is None:
+            from controller_runtime.webhook.server import WebhookServer  # noqa: PLC0415
+
             self._adopt_webhook_server(WebhookServer())
         assert self._webhook_server is not None
         return self._webhook_server
@@ -531,6 +538,8 @@ class Manager:
     async def _serve(self) -> None:
         metrics_at = _split_address(self.options.metrics_bind_address)
         health_at = _split_address(self.options.health_probe_bind_address)
+        if metrics_at is not None or health_at is not None:
+            from aiohttp import web  # noqa: PLC0415 (aiohttp's server half: only to serve)
         if metrics_at is not None:
             app = web.Application()
             app.router.add_get("/metrics", self._metrics)
@@ -555,6 +564,8 @@ class Manager:
         """Serve ``app`` on ``at`` (a failure to bind raises: the process cannot start), and
         keep it serving from a supervisor task. Returns the URL (the port, if 0 was asked
         for, is kept across restarts)."""
+        from aiohttp import web  # noqa: PLC0415
+
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         self._runners.append(runner)
@@ -613,6 +624,10 @@ class Manager:
             await asyncio.sleep(delay)
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        import prometheus_client  # noqa: PLC0415 (only a scraped manager pays for it)
+        from aiohttp import web  # noqa: PLC0415
+        from prometheus_client.exposition import generate_latest  # noqa: PLC0415
+
         body = b"".join(
             generate_latest(registry)
             for registry in (
@@ -626,6 +641,8 @@ class Manager:
     def _health_handler(
         self, checks: dict[str, Check]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        from aiohttp import web  # noqa: PLC0415
+
         async def handle(request: web.Request) -> web.Response:
             lines, healthy = [], True
             for name, check in checks.items():

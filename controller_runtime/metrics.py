@@ -14,19 +14,19 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from prometheus_client import CollectorRegistry, Gauge
-from prometheus_client.core import GaugeMetricFamily, Metric
+from informers.fastmetrics import Counter, Gauge, Histogram, Registry
 
-from informers.fastmetrics import Counter, Histogram
+if TYPE_CHECKING:  # prometheus_client is imported when the registry is collected
+    from prometheus_client.core import GaugeMetricFamily, Metric
 
 # The registry is the public part: every series is read from it by name (controller-runtime's
 # names, listed in docs/controllers.md and docs/reference.md); the metric objects below are the
 # runtime's own.
 __all__ = ["REGISTRY"]
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY = Registry()
 """The registry every metric of the runtime is registered in."""
 
 
@@ -122,6 +122,8 @@ class WorkqueueGaugeCollector:
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
         return (
             GaugeMetricFamily(
                 "workqueue_depth",

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from prometheus_client import Gauge
-
 from controller_runtime.metrics import REGISTRY
-from informers.fastmetrics import Counter, CounterChild, Histogram
+from informers.fastmetrics import Counter, CounterChild, Gauge, GaugeChild, Histogram
 
 RING_MEMBERS = Gauge(
     "shard_ring_members", "Live members of the ring, as last seen.", ("ring",), registry=REGISTRY
@@ -49,8 +47,8 @@ FENCED = Counter(
 
 
 class RingMetrics(NamedTuple):
-    members: Gauge
-    owned: Gauge
+    members: GaugeChild
+    owned: GaugeChild
     ring: str
     fenced: CounterChild
 

@@ -20,7 +20,6 @@ from controller_runtime import (
     run_until_signalled,
 )
 from controller_runtime.config import SERVICE_ACCOUNT_DIR, ClusterConfig
-from controller_runtime.sharding import ShardRingConfig
 from controllers.cli import OperatorSettings
 from controllers.task import setup_sharded_task_controller, setup_task_controller
 
@@ -102,6 +101,8 @@ def build_manager(settings: OperatorSettings, config: ClusterConfig) -> Manager:
         )
     ring = None
     if settings.shard_ring:
+        from controller_runtime.sharding import ShardRingConfig  # noqa: PLC0415 (only when sharding)
+
         ring = ShardRingConfig(
             name=settings.shard_ring,
             namespace=_lease_namespace(settings, config),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller_runtime import (
     Client,
@@ -36,8 +36,10 @@ from controller_runtime import (
     set_condition,
 )
 from controller_runtime.builder import ControllerHost
-from controller_runtime.sharded_controller import ShardedController
 from controllers.recording import controller_recorder
+
+if TYPE_CHECKING:  # the sharded controller is imported only by an operator that shards
+    from controller_runtime.sharded_controller import ShardedController
 
 TASK_API_VERSION = "tasks.crpy.io/v1"
 TASK_KIND = "Task"

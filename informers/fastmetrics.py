@@ -1,4 +1,5 @@
-"""Counters and histograms for hot paths, exported through ``prometheus_client``.
+"""Counters, gauges and histograms for hot paths, and the registry that holds them, exported
+through ``prometheus_client`` only when collected.
 
 ``prometheus_client``'s own ``Counter.inc`` and ``Histogram.observe`` take a lock and run
 validation on every call (about 1 µs each); a reconcile updates nine of them, which was a third
@@ -6,9 +7,16 @@ of the cost of a no-op reconcile. These keep plain Python numbers instead and tu
 metric families only when the registry is collected (at scrape time).
 
 The same surface as ``prometheus_client`` where the runtime uses it: ``Family.labels(...)``
-returns a child with ``inc(amount=1)`` or ``observe(value)``; families register themselves in
-the given ``CollectorRegistry``. Output is identical in names, labels and buckets (without the
-``_created`` series).
+returns a child with ``inc(amount=1)``, ``observe(value)``, or for a gauge ``set``/``inc``/
+``dec``/``set_function``; families register themselves in the given registry (a
+:class:`Registry`, or ``prometheus_client``'s ``CollectorRegistry``). Output is identical in
+names, labels and buckets (without the ``_created`` series).
+
+**Importing this module does not import prometheus_client** (with the ``http.server``,
+``http.client`` and ``email`` packages its exposition pulls in: a tenth of an operator's
+start-up imports): :class:`Registry` and the families import it when first collected, that is
+when ``/metrics`` is scraped or a test reads a sample. An operator with metrics off never
+loads it.
 
 Caveat: updates are not locked. The runtime updates them from its one event loop, and the
 metrics endpoint (aiohttp, same loop) collects there too; a collection from another thread may
@@ -19,24 +27,72 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+
+class Collector(Protocol):
+    """What a registry collects: anything with ``collect()`` yielding metric families."""
+
+    def collect(self) -> Iterable[Metric]: ...
+
+
+class _Registers(Protocol):
+    def register(self, collector: _Family) -> None: ...
+
+
+class Registry:
+    """The collectors of one metrics endpoint: what the runtime uses of ``prometheus_client``'s
+    ``CollectorRegistry`` (:meth:`register`, :meth:`unregister`, :meth:`collect`,
+    :meth:`get_sample_value`), without importing it until collected. Serve it with
+    ``prometheus_client.generate_latest(registry)``. Registering a second family of a name
+    already registered raises ``ValueError``, as ``CollectorRegistry`` does."""
+
+    def __init__(self) -> None:
+        self._collectors: dict[int, Collector] = {}
+        self._names: dict[str, int] = {}
+
+    def register(self, collector: Collector) -> None:
+        name = getattr(collector, "name", None)
+        if isinstance(name, str):
+            if name in self._names:
+                raise ValueError(f"Duplicated timeseries in the registry: {name}")
+            self._names[name] = id(collector)
+        self._collectors[id(collector)] = collector
+
+    def unregister(self, collector: Collector) -> None:
+        del self._collectors[id(collector)]
+        self._names = {n: i for n, i in self._names.items() if i != id(collector)}
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in list(self._collectors.values()):
+            yield from collector.collect()
+
+    def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        """The value of sample ``name`` with exactly ``labels``, or ``None`` (for tests, as
+        ``CollectorRegistry.get_sample_value``)."""
+        wanted = labels or {}
+        for metric in self.collect():
+            for sample in metric.samples:
+                if sample.name == name and sample.labels == wanted:
+                    return float(sample.value)
+        return None
 
 
 class _Family:
     """Children by label values, and registration."""
 
     def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry
+        self, name: str, documentation: str, labelnames: Sequence[str], registry: _Registers
     ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self._children: dict[tuple[str, ...], object] = {}
-        registry.register(self)  # type: ignore[arg-type]
+        registry.register(self)
 
     def _key(self, values: Sequence[object], named: dict[str, object]) -> tuple[str, ...]:
         if named:
@@ -56,6 +112,9 @@ class _Family:
         """Drop the series of these label values (as ``prometheus_client``'s ``remove``);
         nothing happens if there is none."""
         self._children.pop(self._key(values, {}), None)
+
+    def collect(self) -> Iterable[Metric]:
+        raise NotImplementedError
 
 
 class CounterChild:
@@ -82,9 +141,13 @@ class Counter(_Family):
         return child
 
     def describe(self) -> Iterable[Metric]:
+        from prometheus_client.core import CounterMetricFamily  # noqa: PLC0415
+
         return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
     def collect(self) -> Iterable[Metric]:
+        from prometheus_client.core import CounterMetricFamily  # noqa: PLC0415
+
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, child in list(self._children.items()):
             assert isinstance(child, CounterChild)
@@ -115,7 +178,7 @@ class Histogram(_Family):
         labelnames: Sequence[str],
         *,
         buckets: Sequence[float],
-        registry: CollectorRegistry,
+        registry: _Registers,
     ) -> None:
         bounds = tuple(sorted(float(b) for b in buckets if not math.isinf(b)))
         if not bounds:
@@ -132,9 +195,13 @@ class Histogram(_Family):
         return child
 
     def describe(self) -> Iterable[Metric]:
+        from prometheus_client.core import HistogramMetricFamily  # noqa: PLC0415
+
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
     def collect(self) -> Iterable[Metric]:
+        from prometheus_client.core import HistogramMetricFamily  # noqa: PLC0415
+
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         edges = [*(_le(b) for b in self.bounds), "+Inf"]
         for key, child in list(self._children.items()):
@@ -147,5 +214,63 @@ class Histogram(_Family):
         return [family]
 
 
+class GaugeChild:
+    """One gauge series: a value, or a function read at each collection."""
+
+    __slots__ = ("_function", "_value")
+
+    def __init__(self) -> None:
+        self._value = 0.0
+        self._function: Callable[[], float] | None = None
+
+    def set(self, value: float) -> None:
+        self._value = float(value)
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self._value -= amount
+
+    def set_function(self, function: Callable[[], float]) -> None:
+        """Read ``function()`` at each collection instead of a set value (it must be cheap and
+        safe to call from the collecting thread)."""
+        self._function = function
+
+    @property
+    def value(self) -> float:
+        function = self._function
+        return float(function()) if function is not None else self._value
+
+
+class Gauge(_Family):
+    """A gauge family (``prometheus_client.Gauge``'s labelled ``set``/``inc``/``dec``/
+    ``set_function``)."""
+
+    def labels(self, *values: object, **named: object) -> GaugeChild:
+        key = self._key(values, named)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = GaugeChild()
+        assert isinstance(child, GaugeChild)
+        return child
+
+    def describe(self) -> Iterable[Metric]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
+        return [GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, child in list(self._children.items()):
+            assert isinstance(child, GaugeChild)
+            family.add_metric(key, child.value)
+        return [family]
+
+
 def _le(bound: float) -> str:
+    from prometheus_client.utils import floatToGoString  # noqa: PLC0415
+
     return str(floatToGoString(bound))  # type: ignore[no-untyped-call]  # as prometheus_client prints it

@@ -14,12 +14,10 @@ import weakref
 from collections.abc import Sized
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, Gauge
-
-from informers.fastmetrics import Counter, Histogram
+from informers.fastmetrics import Counter, Gauge, Histogram, Registry
 from kubeclient.transport import RequestObserver
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY = Registry()
 
 REST_REQUESTS = Counter(
     "rest_client_requests_total",

@@ -2,8 +2,9 @@
 
 The machine decides (which request, how long to wait, what to put in the store); this module
 does the I/O: LIST pages and watch streams through :class:`~kubeclient.transport.Transport`,
-our own line framing, orjson decoding, the transform hook, the store, and hand-off of every
-store change to a sink (the shared informer's fan-out).
+our own line framing, decoding (watch events only as far as the store needs, see
+:mod:`informers._partial`; orjson for the rest), the transform hook, the store, and hand-off of
+every store change to a sink (the shared informer's fan-out).
 
 Guarantees:
 
@@ -49,6 +50,7 @@ import orjson
 
 from informers import metrics
 from informers._framing import LineFramer, LineTooLongError
+from informers._partial import Metadata, decode_watch_line
 from informers.reflector_machine import (
     ApplyEvent,
     Bookmark,
@@ -176,6 +178,12 @@ class Reflector:
         self._watches_open = metrics.WATCHES_OPEN.labels(label)
         self._label = label
         self._loop_time: Callable[[], float] = lambda: 0.0
+        # Watch lines are decoded partially (informers._partial) when the transform is the
+        # default one (cut managedFields from the bytes) or none (keep the bytes whole); a
+        # custom transform needs the object, so it takes the full decode.
+        self._cut: bool | None = (
+            True if transform is strip_managed_fields else False if transform is None else None
+        )
 
     @property
     def description(self) -> str:
@@ -443,32 +451,47 @@ class Reflector:
         transform = self.transform
         shard_filter = self.shard_filter
         apply = self.store.apply
+        apply_raw = self.store.apply_raw
         counters = self._events
         loads = orjson.loads
+        cut = self._cut
         for line in lines:
             if fast:
-                try:
-                    event = loads(line)
-                    event_type = event["type"]
-                    obj = event["object"]
-                    meta = obj["metadata"]
-                    usable = (
-                        type(obj) is dict
-                        and type(meta) is dict
-                        and event_type in ("ADDED", "MODIFIED", "DELETED")
-                        and bool(meta.get("resourceVersion"))
-                    )
-                except Exception:  # any bad shape: the general path decides what it is
-                    usable = False
+                partial = None if cut is None else decode_watch_line(line, cut)
+                if partial is not None:
+                    event_type, raw_meta, raw = partial
+                    usable = True
+                else:
+                    try:
+                        event = loads(line)
+                        event_type = event["type"]
+                        obj = event["object"]
+                        meta = obj["metadata"]
+                        usable = (
+                            type(obj) is dict
+                            and type(meta) is dict
+                            and event_type in ("ADDED", "MODIFIED", "DELETED")
+                            and bool(meta.get("resourceVersion"))
+                        )
+                    except Exception:  # any bad shape: the general path decides what it is
+                        usable = False
                 if usable:
                     counters[event_type].inc()
                     try:
-                        if shard_filter is not None and not shard_filter.accept(obj):
-                            continue
-                        if transform is not None:
-                            obj = transform(obj)
-                        rv = obj["metadata"].get("resourceVersion")
-                        delta = apply(event_type, obj)
+                        if partial is not None:
+                            if shard_filter is not None and not shard_filter.accept(
+                                _shard_view(raw_meta)
+                            ):
+                                continue
+                            rv = raw_meta.resourceVersion
+                            delta = apply_raw(event_type, raw_meta, raw)
+                        else:
+                            if shard_filter is not None and not shard_filter.accept(obj):
+                                continue
+                            if transform is not None:
+                                obj = transform(obj)
+                            rv = obj["metadata"].get("resourceVersion")
+                            delta = apply(event_type, obj)
                     except Exception as err:  # a shape the store or the transform cannot take
                         self._object_rejected(err)
                         continue
@@ -513,12 +536,36 @@ class Reflector:
             err,
         )
 
+    def _partial_event(self, line: bytes, cut: bool) -> list[Effect] | None:
+        """:meth:`_event` for a line :func:`~informers._partial.decode_watch_line` takes
+        (``None`` when it refuses it)."""
+        partial = decode_watch_line(line, cut)
+        if partial is None:
+            return None
+        event_type, meta, raw = partial
+        self._events[event_type].inc()
+        if self.shard_filter is not None and not self.shard_filter.accept(_shard_view(meta)):
+            return []
+        buffered = self.machine.state is State.STREAMING_LIST
+        try:
+            prepared = self.store.prepare_raw(meta, raw, buffered=buffered)
+        except Exception as err:  # a custom index function that raises
+            self._object_rejected(err)
+            return []
+        return self.machine.watch_event(self._loop_time(), event_type, prepared)
+
     def _event(self, line: bytes) -> list[Effect]:
         """Decode one line and feed it to the machine, as an event or as a malformed one.
 
         No field is validated up front: the happy path pays only for the ``try``; a shape that
-        makes the decoding below raise is reported to the machine instead.
+        makes the decoding below raise is reported to the machine instead. A plain event is
+        first decoded partially (:mod:`informers._partial`); anything it refuses takes the
+        full decode.
         """
+        if self._cut is not None:
+            effects = self._partial_event(line, self._cut)
+            if effects is not None:
+                return effects
         try:
             event = orjson.loads(line)
             event_type = event["type"]
@@ -546,6 +593,11 @@ class Reflector:
                 "%s: malformed watch line (%d bytes): %s", self.description, len(line), problem
             )
             return self.machine.watch_event_malformed(self._loop_time(), problem)
+
+
+def _shard_view(meta: Metadata) -> dict[str, Any]:
+    """What a shard filter reads of an object (its UID and namespace), from its metadata."""
+    return {"metadata": {"uid": meta.uid, "namespace": meta.namespace}}
 
 
 def _prepared_key(item: Prepared) -> str:

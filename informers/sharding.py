@@ -31,9 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from prometheus_client import Gauge
-
-from informers.fastmetrics import Counter
+from informers.fastmetrics import Counter, Gauge
 from informers.metrics import REGISTRY
 
 __all__ = [

@@ -1,10 +1,11 @@
 """The local cache of one watched resource: objects by key, indexes, observed resourceVersion.
 
-Objects are held as exact-size orjson-encoded ``bytes`` plus the few fields the indexes need, and
-decoded on every read. A read therefore returns a fresh ``dict`` the caller owns (mutating it
-never touches the cache), and the cache costs about what the JSON costs (see docs/design.md,
-"The cache"): ``python -m bench.store_memory`` measured ~960 B of RSS per object for 644 B of
-JSON, against ~2.8 KB for a dict of decoded objects.
+Objects are held as exact-size JSON ``bytes`` (orjson's encoding, or for a watch event the
+bytes of the wire without managedFields, see :meth:`Store.apply_raw`) plus the few fields the
+indexes need, and decoded on every read. A read therefore returns a fresh ``dict`` the caller
+owns (mutating it never touches the cache), and the cache costs about what the JSON costs (see
+docs/design.md, "The cache"): ``python -m bench.store_memory`` measured ~960 B of RSS per
+object for 644 B of JSON, against ~2.8 KB for a dict of decoded objects.
 
 The store is written by one reflector and read by many, all on **one event loop**; it is not
 thread-safe. Every method is synchronous except :meth:`Store.wait_for_resource_version`, so each
@@ -24,6 +25,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
+from ._partial import Metadata, label_values, owner_uids
 from .budget import STUBS, BodyBudget, EvictedBodyError
 from .labels import LabelSelector, Operator
 from .resource_version import compare_resource_versions, is_comparable, is_newer, sort_key
@@ -81,6 +83,15 @@ def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
     if type(rv) is not str or (uid is not None and type(uid) is not str):
         raise ValueError(f"metadata.resourceVersion and metadata.uid must be strings: {key}")
     return key, rv, uid
+
+
+def _meta_identity(meta: Metadata) -> tuple[str, str, str | None]:
+    """:func:`_identity` of decoded metadata (its fields are strings already)."""
+    name = meta.name
+    if not name:
+        raise ValueError(f"object has no metadata.name: metadata={meta!r}"[:200])
+    namespace = meta.namespace
+    return f"{namespace}/{name}" if namespace else name, meta.resourceVersion, meta.uid or None
 
 
 def _describe(obj: Mapping[str, Any]) -> str:
@@ -206,6 +217,24 @@ class StoreDelta:
         return f"StoreDelta({self.type}, {self.key})"
 
 
+_new_object = object.__new__
+
+
+def _delta(
+    type: EventType, obj: dict[str, Any] | None, old_raw: bytes | None, raw: bytes, key: str
+) -> StoreDelta:
+    """``StoreDelta(type, obj, old_raw, raw=raw, key=key)`` for the store's own writes, which
+    always have the bytes and the key: half the cost of the keyword call, once per event."""
+    delta: StoreDelta = _new_object(StoreDelta)
+    delta.type = type
+    delta._obj = obj
+    delta._raw = raw
+    delta._old_raw = old_raw
+    delta._old = None
+    delta.key = key
+    return delta
+
+
 def split_uid_change(delta: StoreDelta) -> tuple[StoreDelta, StoreDelta]:
     """The ``DELETED`` of the old object and the ``ADDED`` of the new one, for an ``ADDED``
     delta that replaced another object under the same key (see :class:`StoreDelta`)."""
@@ -232,12 +261,19 @@ def _uid_in(raw: bytes) -> str | None:
 def _uid_changed(uid: str, old_raw: bytes) -> bool:
     """Whether an object with metadata.uid ``uid`` is not the one encoded in ``old_raw``.
 
-    The old UID is not kept (see :class:`_Entry`), so this asks whether ``old_raw`` contains
-    ``"uid":"<uid>"`` (orjson's compact encoding): it does when the UIDs are equal. It could
-    only miss a change if the old object named its successor's UID in a field called ``uid``,
-    which an object deleted before its successor existed cannot do.
+    The old UID is not kept (see :class:`_Entry`), so this first asks whether ``old_raw``
+    contains ``"uid":"<uid>"`` (the compact encoding of orjson and of the API server): it does
+    when the UIDs are equal. Only when it does not (another UID, or bytes written otherwise:
+    whitespace, escapes) is the old UID decoded. It could only miss a change if the old object
+    named its successor's UID in a field called ``uid``, which an object deleted before its
+    successor existed cannot do.
     """
-    return (b'"uid":"' + uid.encode() + b'"') not in old_raw
+    if (b'"uid":"' + uid.encode() + b'"') in old_raw:
+        return False
+    try:
+        return _uid_in(old_raw) != uid  # a body or a stub (see STUBS)
+    except (orjson.JSONDecodeError, AttributeError):
+        return True
 
 
 _UID_NOT_KEPT: Final = ""
@@ -451,7 +487,17 @@ class Store:
                 raise ValueError(f"index name {name!r} is reserved or already defined")
             funcs[name] = _interning(func)
         self._index_names: tuple[str, ...] = tuple(funcs)
+        self._owner_index_only = self._index_names == (OWNER_UID_INDEX,)
         self._index_funcs = tuple(funcs.values())
+        # The same built-in indexes computed from decoded metadata (apply_raw); None when a
+        # custom index function needs the object itself.
+        meta_funcs: dict[str, Callable[[Metadata], tuple[str, ...]]] = {
+            OWNER_UID_INDEX: owner_uids,
+            LABEL_INDEX: label_values,
+        }
+        self._meta_index_funcs: tuple[Callable[[Metadata], tuple[str, ...]], ...] | None = (
+            tuple(meta_funcs[name] for name in funcs) if indexers is None or not indexers else None
+        )
         self._indexes: tuple[_Index, ...] = tuple(_Index() for _ in funcs)
         self._label_pos: int | None = self._index_names.index(LABEL_INDEX) if label_index else None
         # Built on first use (see the class docs), then kept up to date.
@@ -781,6 +827,54 @@ class Store:
         key, rv, uid = _identity(obj)
         return self._apply(event_type, key, rv, uid, obj, None)
 
+    def prepare_raw(self, meta: Metadata, raw: bytes, *, buffered: bool = False) -> Prepared:
+        """:meth:`prepare` for an object already encoded: ``raw`` is its JSON (kept as is,
+        not re-encoded: it must be exact-size and decode to the object) and ``meta`` its
+        metadata, as :func:`informers._partial.decode_watch_line` returns them; ``buffered``
+        as for :meth:`prepare` (past the budget, the item is its metadata stub). Raises
+        ``ValueError`` for an empty name (and whatever a custom index function raises)."""
+        key, rv, uid = _meta_identity(meta)
+        ivals = self._raw_ivals(raw, meta)
+        if not buffered:
+            return Prepared(key, raw, rv, ivals, None, uid)
+        if uid is not None and key not in self._items:
+            uid = _UID_NOT_KEPT  # only compared with a held object's (see _UID_NOT_KEPT)
+        budget = self._budget
+        if budget is not None:
+            if self._listed_bytes <= budget.limit:
+                self._listed_bytes += len(raw)
+            if self._listed_bytes > budget.limit:
+                # orjson decodes a whole Task faster than msgspec skips to its metadata.
+                stub = STUBS.encode(key, orjson.loads(raw))
+                return Prepared(key, stub, rv, ivals, None, uid, stub=True)
+        return Prepared(key, raw, rv, ivals, None, uid)
+
+    def apply_raw(self, event_type: EventType, meta: Metadata, raw: bytes) -> StoreDelta | None:
+        """:meth:`apply` for an object already encoded (see :meth:`prepare_raw`): the same
+        checks and outcomes, without decoding or encoding the object. The delta carries only
+        the bytes; its ``obj`` is decoded on first access."""
+        key, rv, uid = _meta_identity(meta)
+        return self._apply(event_type, key, rv, uid, None, None, raw, meta)
+
+    def _new_entry(
+        self, obj: dict[str, Any] | None, rv: str, raw: bytes | None, meta: Metadata | None
+    ) -> _Entry:
+        if raw is None:
+            return self._make_entry(obj, rv)  # type: ignore[arg-type]
+        if self._owner_index_only and not meta.ownerReferences:  # type: ignore[union-attr]
+            return _Entry(raw, rv, self._no_ivals)  # the default store, an object without owners
+        return _Entry(raw, rv, self._raw_ivals(raw, meta))  # type: ignore[arg-type]
+
+    def _raw_ivals(self, raw: bytes, meta: Metadata) -> tuple[tuple[str, ...], ...]:
+        funcs = self._meta_index_funcs
+        if funcs is None:  # a custom index function takes the object: decode it (once)
+            return self._index_values(orjson.loads(raw))
+        if len(funcs) == 1:
+            values = funcs[0](meta)
+            return (values,) if values else self._no_ivals
+        ivals = tuple([f(meta) for f in funcs])
+        return ivals if any(ivals) else self._no_ivals
+
     def apply_prepared(self, event_type: EventType, prepared: Prepared) -> StoreDelta | None:
         """:meth:`apply` for an object already :meth:`prepare`-d."""
         p = prepared
@@ -795,10 +889,13 @@ class Store:
         uid: str | None,
         obj: dict[str, Any] | None,
         entry: _Entry | None,
+        raw: bytes | None = None,
+        meta: Metadata | None = None,
     ) -> StoreDelta | None:
-        """The one write path of :meth:`apply` and :meth:`apply_prepared`. ``entry`` is the
-        prepared encoding, or ``None`` to encode ``obj`` only once the event is known to be
-        stored (``obj`` is then required). The reflector calls this per event: the two
+        """The one write path of :meth:`apply`, :meth:`apply_raw` and :meth:`apply_prepared`.
+        ``entry`` is the prepared encoding, or ``None`` to make it only once the event is known
+        to be stored: from ``obj`` (encoded), or from ``raw`` and ``meta`` (index values only),
+        whichever is given. The reflector calls this per event: the two
         comparisons against the newest observed version are written out (see the comments)
         rather than called, which is most of what a flattened copy of this path used to save.
         """
@@ -819,18 +916,19 @@ class Store:
                     pass  # a replay of an object the store has seen deleted (class docs)
                 else:
                     if entry is None:
-                        entry = self._make_entry(obj, rv)  # type: ignore[arg-type]
+                        entry = self._new_entry(obj, rv, raw, meta)
                     delta = self._put(key, entry, obj, None, uid)
             elif is_newer(rv, cur.rv):  # stale or repeated events are not encoded at all
                 if entry is None:
-                    entry = self._make_entry(obj, rv)  # type: ignore[arg-type]
+                    entry = self._new_entry(obj, rv, raw, meta)
                 delta = self._put(key, entry, obj, cur, uid)
         elif event_type == DELETED:
             # A delete needs no encoding: nothing is stored.
             if cur is not None and (rv == cur.rv or is_newer(rv, cur.rv)):
                 self._remove(key, cur)
-                raw = cur.raw if entry is None else entry.raw
-                delta = StoreDelta(DELETED, obj, cur.raw, raw=raw, key=key)
+                if raw is None:
+                    raw = cur.raw if entry is None else entry.raw
+                delta = _delta(DELETED, obj, cur.raw, raw, key)
         else:
             raise ValueError(f"unknown event type {event_type!r} (want ADDED, MODIFIED, DELETED)")
         if rv:
@@ -839,7 +937,7 @@ class Store:
                 # _observe for the common case (both comparable), without building the key
                 # of an older version.
                 if len(rv) > last_key[0] or (len(rv) == last_key[0] and rv > last_key[1]):
-                    self._observe(rv)
+                    self._advance(rv, (len(rv), rv))
             else:
                 self._observe(rv)
         return delta
@@ -958,7 +1056,7 @@ class Store:
     def _make_entry(self, obj: dict[str, Any], rv: str) -> _Entry:
         return _Entry(_encode(obj), rv, self._index_values(obj))
 
-    def _index_values(self, obj: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
+    def _index_values(self, obj: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
         # No generator expression: on this path it costs more than the index functions.
         funcs = self._index_funcs
         if len(funcs) == 1:
@@ -994,7 +1092,7 @@ class Store:
                         index.add(v, key)
             if self._budget is not None:
                 self._hold(key, entry)
-            return StoreDelta(ADDED, obj, raw=entry.raw, key=key)
+            return _delta(ADDED, obj, None, entry.raw, key)
         if cur.ivals is not entry.ivals and cur.ivals != entry.ivals:
             for index, old, new in zip(self._indexes, cur.ivals, entry.ivals, strict=True):
                 if old != new:
@@ -1008,8 +1106,8 @@ class Store:
         if uid == _UID_NOT_KEPT:
             uid = _uid_in(entry.raw)
         if uid is not None and _uid_changed(uid, cur.raw):
-            return StoreDelta(ADDED, obj, cur.raw, raw=entry.raw, key=key)
-        return StoreDelta(MODIFIED, obj, cur.raw, raw=entry.raw, key=key)
+            return _delta(ADDED, obj, cur.raw, entry.raw, key)
+        return _delta(MODIFIED, obj, cur.raw, entry.raw, key)
 
     def _hold(self, key: str, entry: _Entry) -> None:
         """The budget's part of storing ``entry`` at ``key``: a body is admitted (and the key
@@ -1128,6 +1226,11 @@ class Store:
             # arrival order is the only order there is.
             if last_key is not None:
                 return
+        self._advance(rv, key)
+
+    def _advance(self, rv: str, key: tuple[int, str] | None) -> None:
+        """Make ``rv`` (whose :func:`sort_key` is ``key``) the newest observed version, and
+        wake the waiters it satisfies. The caller has checked that it is newer."""
         self._last_rv = rv
         self._last_key = key
         waiters = self._waiters

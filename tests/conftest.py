@@ -30,7 +30,7 @@ from controller_runtime.envtest.storage import ETCD, default_storage
 from kubeclient.config import ClusterConfig, load_kubeconfig
 from kubeclient.errors import ConflictError
 from kubeclient.transport import Transport
-from tests.support import ClusterParts, detect_cluster_parts
+from tests.support import PLAYED_BY_DEFAULT, ClusterParts, detect_cluster_parts
 
 TEST_FEATURE_GATES = {"ShardedListAndWatch": True}
 """Alpha gates the suite's control plane turns on (sharded list and watch, KEP-5866)."""
@@ -69,16 +69,19 @@ def cluster_parts(control_plane: ControlPlane) -> ClusterParts:
 
 @pytest.fixture(autouse=True)
 def _skip_what_the_cluster_does_itself(request: pytest.FixtureRequest) -> None:
-    """A test marked ``plays("the job controller")`` writes what a cluster component would
-    write itself (a Job's status, a Pod's, a StatefulSet's), which only the local control
-    plane leaves to the test: on an existing cluster that runs a controller-manager or nodes
-    it is skipped, saying so."""
+    """A test marked ``plays("the job controller", by=("controller-manager",))`` writes what
+    a cluster component would write itself (a Job's status, a Pod's, a StatefulSet's; deletes
+    what the garbage collector would), which only the local control plane leaves to the test:
+    on an existing cluster that runs one of the components ``by`` (default: the
+    controller-manager and the kubelet) it is skipped, saying so in one line."""
     marker = request.node.get_closest_marker("plays")
     if marker is None or not use_existing_cluster():
         return
+    by = marker.kwargs.get("by", PLAYED_BY_DEFAULT)
     parts: ClusterParts = request.getfixturevalue("cluster_parts")
-    if parts.controller_manager or parts.nodes:
-        pytest.skip(f"plays {marker.args[0]}, which this cluster runs itself")
+    reason = parts.plays_reason(marker.args[0], (by,) if isinstance(by, str) else tuple(by))
+    if reason:
+        pytest.skip(reason)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -109,6 +112,15 @@ def gates_off_plane() -> Iterator[ControlPlane]:
         feature_gates={"ShardedListAndWatch": False}, audit_policy=WRITES_POLICY
     ) as plane:
         yield plane
+
+
+@pytest.fixture
+def sharding_gate_on(cluster_parts: ClusterParts) -> None:
+    """For tests of the server's filtering on the session's cluster: skipped where its API
+    server ignores ``shardSelector`` (an existing cluster without the alpha gate, where
+    ``test_sharding_informers.py``'s gate-off test runs instead)."""
+    if not cluster_parts.filters_shards:
+        pytest.skip("needs ShardedListAndWatch on; this cluster's API server ignores shardSelector")
 
 
 @pytest.fixture(scope="session")
@@ -165,7 +177,9 @@ async def transport(admin_config: ClusterConfig) -> AsyncIterator[Transport]:
 
 @pytest.fixture
 async def namespace(transport: Transport) -> AsyncIterator[str]:
-    """A fresh namespace, deleted after the test (it stays Terminating: no controller-manager)."""
+    """A fresh namespace, deleted after the test (on the local control plane it stays
+    Terminating: no namespace controller; a cluster's controller-manager empties and removes
+    it)."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     await transport.request("POST", "/api/v1/namespaces", body=body)

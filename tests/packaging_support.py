@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,35 @@ ROOT = Path(__file__).resolve().parents[1]
 EXTRA_WHEELS = ("setuptools>=77", "wheel")
 """Built by pip when it installs a project (the scaffolded one) from source."""
 
+OUTER_MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+"""What a ``make`` running this suite exports to its children besides the variables set on its
+command line (:func:`outer_make_overrides`)."""
+
+
+def outer_make_overrides(makeflags: str) -> set[str]:
+    """Names of the variables set on an outer make's command line, read from its
+    ``MAKEFLAGS`` (``s -- TESTS=x\\ y PYTEST_ARGS=-rs``: after ``--``, one ``NAME=value`` per
+    word, spaces in a value escaped with a backslash)."""
+    _, separator, assignments = makeflags.partition("-- ")
+    if not separator:
+        return set()
+    names = set()
+    for word in re.split(r"(?<!\\) ", assignments):
+        name, equals, _ = word.partition("=")
+        if equals and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            names.add(name)
+    return names
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment, plus ``extra``, without what a ``make`` running this suite
+    handed down: a project's own ``make`` must not inherit the suite's command-line variables
+    (GNU make exports them; ``make test PYTEST_ARGS=--timeout=300`` would hand ``--timeout``
+    to the scaffolded project's pytest, which has no such option)."""
+    dropped = {*OUTER_MAKE_VARIABLES, *outer_make_overrides(os.environ.get("MAKEFLAGS", ""))}
+    kept = {k: v for k, v in os.environ.items() if k not in dropped}
+    return {**kept, **(extra or {})}
+
 
 def run(
     command: Sequence[str | Path],
@@ -40,7 +70,7 @@ def run(
     result = subprocess.run(
         [str(c) for c in command],
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        env=child_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,11 +16,20 @@ from controllers.postgres.api import API_VERSION as PG_API_VERSION
 from controllers.postgres.api import POLICY, POLICY_NAME
 from controllers.postgres.localserver import LocalPostgres
 from informers._framing import LineFramer
+from informers.sharding import HashRange, ShardField, ShardSelector
 from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ConflictError, NotFoundError
 from kubeclient.transport import Transport
 
 Event = Mapping[str, Any]
+
+
+SHARDING_GATE = "ShardedListAndWatch"
+"""The API server's alpha gate for sharded list and watch (KEP-5866)."""
+CONTROLLER_MANAGER = "controller-manager"
+"""The component that runs the job, StatefulSet, garbage-collector ... controllers."""
+KUBELET = "kubelet"
+"""The component that runs Pods and writes their status (a node)."""
 
 
 @dataclass(frozen=True)
@@ -32,12 +42,43 @@ class ClusterParts:
     ServiceAccount controller) or the ``kube-controller-manager`` leader Lease exists."""
     nodes: int
     """Nodes registered (kubelets that run Pods)."""
+    filters_shards: bool = False
+    """Its API server filters lists and watches by ``shardSelector`` (the alpha gate
+    ``ShardedListAndWatch`` is on, KEP-5866); a server without it ignores the parameter."""
+
+    def runs(self, component: str) -> bool:
+        """Whether the cluster runs ``component`` (:data:`CONTROLLER_MANAGER` or
+        :data:`KUBELET`) itself."""
+        if component == CONTROLLER_MANAGER:
+            return self.controller_manager
+        if component == KUBELET:
+            return self.nodes > 0
+        raise ValueError(f"unknown component {component!r}: {CONTROLLER_MANAGER} or {KUBELET}")
+
+    def plays_reason(self, part: str, by: tuple[str, ...]) -> str | None:
+        """Why a test that plays ``part`` (a role of the components ``by``) cannot run here:
+        ``None`` when the cluster runs none of them, so that the test's writes are the only
+        ones (a one-line skip reason otherwise)."""
+        running = [component for component in by if self.runs(component)]
+        if not running:
+            return None
+        return f"plays {part}, which this cluster runs itself ({', '.join(running)})"
+
+
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+"""The ConfigMap a cluster's controller-manager (its root-ca-cert-publisher) puts into every
+namespace: on an existing cluster a test's fresh namespace is not empty of ConfigMaps."""
+
+PLAYED_BY_DEFAULT = (CONTROLLER_MANAGER, KUBELET)
+"""The components a ``plays(...)`` marker without ``by=`` stands in for."""
 
 
 def detect_cluster_parts(plane: ControlPlane) -> ClusterParts:
-    """:class:`ClusterParts` of ``plane`` (asked only of an existing cluster)."""
+    """:class:`ClusterParts` of ``plane``: a local control plane runs neither component and
+    filters shards as its feature gates say; an existing cluster is asked."""
     if not plane.existing_cluster:
-        return ClusterParts(controller_manager=False, nodes=0)
+        gate = bool(plane.feature_gates.get(SHARDING_GATE, False))
+        return ClusterParts(controller_manager=False, nodes=0, filters_shards=gate)
     found = [
         plane.kubectl(*args, "-o", "name", check=False).strip()
         for args in (
@@ -46,7 +87,22 @@ def detect_cluster_parts(plane: ControlPlane) -> ClusterParts:
         )
     ]
     nodes = plane.kubectl("get", "nodes", "-o", "name", check=False).split()
-    return ClusterParts(controller_manager=any(found), nodes=len(nodes))
+    return ClusterParts(
+        controller_manager=any(found), nodes=len(nodes), filters_shards=_filters_shards(plane)
+    )
+
+
+def _filters_shards(plane: ControlPlane) -> bool:
+    """Whether the server honours a ``shardSelector``: a list of Namespaces for a 2**-32 sliver
+    of the hash space holds only Namespaces in it (almost surely none) when it does, and every
+    Namespace (at least the four every cluster has) when the parameter is ignored. A server
+    that refuses the parameter does not filter either."""
+    sliver = ShardSelector(ShardField.UID, [HashRange(0, 1 << 32)])
+    query = urllib.parse.urlencode({"shardSelector": sliver.wire})
+    raw = plane.kubectl("get", "--raw", f"/api/v1/namespaces?{query}", check=False)
+    if not raw.strip():
+        return False
+    return all(sliver.matches(item) for item in orjson.loads(raw).get("items") or [])
 
 
 async def watch_until(

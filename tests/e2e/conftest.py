@@ -50,6 +50,9 @@ from tests.e2e.support import (
     namespace_state,
 )
 
+KUBE_PROXY_WINDOWS: list[kubeproxy.Window] = []
+"""kube-proxy over each test that used the cluster (printed at the end of the session)."""
+
 _FAILED: list[str] = []
 """A session fixture that failed is retried by every test that uses it: building images or
 starting the node takes minutes, so the first failure is remembered and repeated instead."""
@@ -121,6 +124,12 @@ def cluster(images: Images) -> Iterator[LocalCluster]:
     finally:
         node.stop()
         print(f"\ne2e timings and memory: {TIMINGS}")
+        print("\nkube-proxy by test (programming: endpoint change -> rules written):")
+        for window in KUBE_PROXY_WINDOWS:
+            print(f"  {window.line()}")
+        print("kube-proxy by file:")
+        for window in kubeproxy.by_file(KUBE_PROXY_WINDOWS):
+            print(f"  {window.line()}")
     leftovers = cluster_leftovers(workdir)
     if cleanup.record_kernel_settings() != before:
         leftovers.append(f"kernel settings {cleanup.record_kernel_settings()} != {before}")
@@ -144,6 +153,23 @@ def operator(cluster: LocalCluster, images: Images) -> str:
     """The operator installed with ``kubectl apply -k`` (2 replicas ready); its image."""
     TIMINGS["operator_install_to_ready"] = install(cluster, images.operator)
     return images.operator
+
+
+@pytest.fixture(autouse=True)
+def _kube_proxy_window(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Read kube-proxy's histograms before and after each test that uses the cluster (the
+    session fixture is up by then), for :data:`KUBE_PROXY_WINDOWS`."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    cluster: LocalCluster = request.getfixturevalue("cluster")
+    netns = [n.addresses.netns for n in cluster.all_nodes]
+    before = kubeproxy.read_metrics(netns)
+    yield
+    after = kubeproxy.read_metrics(netns)
+    KUBE_PROXY_WINDOWS.append(
+        kubeproxy.window(request.node.nodeid, before, after, os.getloadavg()[0])
+    )
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:

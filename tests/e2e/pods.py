@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller_runtime.envtest.node.cluster import LocalCluster
-from tests.e2e.connect import PRELUDE, Note, Sample, parse_probe, probe_script, split_note
+from tests.e2e.connect import (
+    PRELUDE,
+    Note,
+    Sample,
+    connecting,
+    parse_probe,
+    probe_script,
+    split_note,
+)
 from tests.e2e.support import TIMINGS, diagnostics, wait_for
 
 CLIENT_IMAGE = "postgres:15"
@@ -105,17 +113,67 @@ def succeeded(cluster: LocalCluster, namespace: str, name: str, script: str, **o
     return done.log
 
 
-def exec_in(cluster: LocalCluster, namespace: str, pod: str, script: str) -> str:
-    """Run ``script`` with bash (after ``connect.PRELUDE``) in the running Pod ``pod``; its
-    output with both streams, ending with ``exit:<status>`` (never raises on a failure)."""
+def exec_in(
+    cluster: LocalCluster,
+    namespace: str,
+    pod: str,
+    script: str,
+    *,
+    container: str | None = None,
+    timeout: float = 120,
+) -> str:
+    """Run ``script`` with bash (after ``connect.PRELUDE``) in the running Pod ``pod`` (its
+    ``container``, else the Pod's default one); its output with both streams, ending with
+    ``exit:<status>`` (never raises on a failure; when kubectl itself fails, e.g. the
+    container is not running, there is no ``exit:`` line). ``timeout`` bounds the whole
+    exec: keep it above ``connect.RETRY_SECONDS`` plus one attempt."""
+    target = ["-c", container] if container else []
     out = cluster.kubectl(
-        "exec", "-n", namespace, pod, "--", "bash", "-c",
-        f"{PRELUDE}\n{{ {script}\n}} 2>&1; echo exit:$?",
-        check=False,
+        "exec", "-n", namespace, pod, *target, "--", "bash", "-c", exec_script(script),
+        check=False, timeout=timeout,
     )  # fmt: skip
     log, note = split_note(out)
     record(namespace, pod, note)
     return log
+
+
+def exec_script(script: str) -> str:
+    """What :func:`exec_in` runs with bash: the prelude, ``script`` with its stderr on its
+    stdout, then ``exit:<status>``."""
+    return f"{PRELUDE}\n{{ {script}\n}} 2>&1; echo exit:$?"
+
+
+def exec_status(output: str) -> tuple[str, int | None]:
+    """:func:`exec_in`'s output split into what the script printed and its exit status
+    (``None`` when the script did not finish: kubectl itself failed)."""
+    body, marker, status = output.rpartition("exit:")
+    if not marker or not status.strip().isdigit():
+        return output, None
+    return body, int(status.strip())
+
+
+def psql_in(cluster: LocalCluster, namespace: str, pod: str, query: str) -> str:
+    """``query``'s rows (``psql -tA``: ``|``-separated) as run by the superuser over the
+    local socket of ``pod``'s ``postgres`` container, through :func:`exec_in` (a server
+    still starting up is retried, connect.py); raises ``AssertionError`` with psql's or
+    kubectl's error when it fails."""
+    command = connecting(
+        "psql", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", "postgres", "-tAc", query
+    )
+    output, status = exec_status(
+        exec_in(cluster, namespace, pod, command, container="postgres", timeout=90)
+    )
+    if status is None:
+        raise AssertionError(
+            f"kubectl exec into pod {namespace}/{pod} (container postgres) failed before psql "
+            f"ended (is the container running?): {query!r}: {output.strip()[-2000:]!r}"
+        )
+    if status != 0:
+        raise AssertionError(
+            f"psql in pod {namespace}/{pod} failed (exit {status}): {query!r}: "
+            f"{output.strip()[-2000:]}"
+        )
+    return output.strip()
 
 
 @contextlib.contextmanager

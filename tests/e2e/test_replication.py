@@ -3,7 +3,8 @@ standbys streaming from pod 0 (one synchronous: ``synchronous: {number: 1}``) th
 written on the primary; scaling 3 → 1 leaves a Ready one-pod instance with its data; a
 parameter change rolls every Pod and the new value is live on each.
 
-Every SQL statement runs in the Pod itself (``kubectl exec … psql`` over the local socket), so
+Every SQL statement runs in the Pod itself (``kubectl exec … psql`` over the local socket,
+through ``pods.psql_in``: a server still starting up is retried as an application would), so
 each standby is asked directly, not through a Service."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from controller_runtime.envtest.node.cluster import LocalCluster
+from tests.e2e.pods import psql_in
 from tests.e2e.support import TIMINGS, diagnostics, get_json, new_namespace, wait_for
 
 NAME = "db"
@@ -80,28 +82,10 @@ def _wait_ready(cluster: LocalCluster, namespace: str, replicas: int) -> float:
 
 
 def _psql(cluster: LocalCluster, namespace: str, ordinal: int, query: str) -> str:
-    """``query``'s rows (``|``-separated) as run by the superuser inside pod ``ordinal``;
-    raises with kubectl's error when psql fails."""
-    out = cluster.kubectl(
-        "exec",
-        "-n",
-        namespace,
-        f"{NAME}-{ordinal}",
-        "-c",
-        "postgres",
-        "--",
-        "psql",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-U",
-        "postgres",
-        "-d",
-        "postgres",
-        "-tAc",
-        query,
-        timeout=60,
-    )
-    return out.strip()
+    """``query``'s rows (``|``-separated) as run by the superuser inside pod ``ordinal``
+    (``pods.psql_in``: after the shared prelude, so a server still starting up is retried);
+    raises with psql's error when it fails."""
+    return psql_in(cluster, namespace, f"{NAME}-{ordinal}", query)
 
 
 def _try_psql(cluster: LocalCluster, namespace: str, ordinal: int, query: str) -> str | None:

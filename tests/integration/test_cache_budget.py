@@ -70,7 +70,8 @@ async def budgeted(transport: Transport, namespace: str) -> AsyncIterator[tuple[
     cache = Cache(
         InformerFactory(transport),
         namespaces=[namespace],
-        by_object={CONFIGMAP: ByObject(memory_limit=3 * 1200)},
+        # Only the test's ConfigMaps (a cluster adds its root CA bundle to every namespace).
+        by_object={CONFIGMAP: ByObject(memory_limit=3 * 1200, label_selector="app=demo")},
     )
     entry = await cache.watch(*CONFIGMAP)
     assert await entry.wait_for_sync(30)

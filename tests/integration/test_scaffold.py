@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from controller_runtime.envtest import ControlPlane, ControlPlaneError
-from tests.packaging_support import fresh_venv, offline_pip_env, run
+from tests.packaging_support import child_env, fresh_venv, offline_pip_env, run
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +97,7 @@ async def test_make_run_starts_the_manager_on_a_local_control_plane(project: Pat
         "run",
         "ARGS=--local=always --metrics-bind-address=0 --health-probe-bind-address=0",
         cwd=project,
+        env=child_env(),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
@@ -222,6 +223,13 @@ def test_the_generated_deployment_runs_under_pod_security_restricted(
     documents = built_config(project, control_plane)
     namespace = applied_namespace(documents, control_plane, tmp_path)
     pod = pod_of(one(documents, "Deployment"))
+    # A cluster's ServiceAccount admission (the local control plane has it off) refuses a Pod
+    # whose ServiceAccount does not exist: the config's own is applied first.
+    account = one(documents, "ServiceAccount", pod["spec"]["serviceAccountName"])
+    (tmp_path / "account.yaml").write_text(yaml.safe_dump(account))
+    control_plane.kubectl(
+        "apply", "--server-side", "--field-manager=test", "-f", str(tmp_path / "account.yaml")
+    )
     good = tmp_path / "pod.yaml"
     good.write_text(yaml.safe_dump(pod))
     created = control_plane.kubectl(

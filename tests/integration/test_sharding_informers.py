@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from controller_runtime.envtest import ControlPlane
+from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from informers.sharding import HashRange, ShardField, ShardSelector, split_hash_space
 from informers.shared import SharedInformer
 from kubeclient.config import load_kubeconfig
 from kubeclient.discovery import Discovery
 from kubeclient.transport import Transport
+from tests.support import ClusterParts
 
 TASKS = "tasks.crpy.io/v1"
 HALF = ShardSelector(ShardField.UID, [HashRange(0, 1 << 63)])
@@ -61,6 +62,7 @@ async def snapshot(
     return keys, body["metadata"]
 
 
+@pytest.mark.usefixtures("sharding_gate_on")
 @pytest.mark.parametrize("field", list(ShardField))
 @pytest.mark.parametrize("path", ["/api/v1/namespaces", "/apis/tasks.crpy.io/v1/tasks"])
 async def test_client_hash_equals_the_servers(
@@ -131,6 +133,7 @@ async def check_informer_holds_its_shard(transport: Transport, server_filters: b
         await informer.stop()
 
 
+@pytest.mark.usefixtures("sharding_gate_on")
 async def test_sharded_informer_with_the_gate_on_is_filtered_by_the_server(
     transport: Transport,
 ) -> None:
@@ -138,8 +141,16 @@ async def test_sharded_informer_with_the_gate_on_is_filtered_by_the_server(
 
 
 @pytest.fixture
-async def gates_off_transport(gates_off_plane: ControlPlane) -> AsyncIterator[Transport]:
-    async with Transport(await load_kubeconfig(gates_off_plane.kubeconfig)) as t:
+async def gates_off_transport(
+    request: pytest.FixtureRequest, cluster_parts: ClusterParts
+) -> AsyncIterator[Transport]:
+    """An API server that ignores ``shardSelector``: ``gates_off_plane``, or the existing
+    cluster itself when its server does (it has no such second plane to start)."""
+    if use_existing_cluster() and not cluster_parts.filters_shards:
+        plane: ControlPlane = request.getfixturevalue("control_plane")
+    else:
+        plane = request.getfixturevalue("gates_off_plane")
+    async with Transport(await load_kubeconfig(plane.kubeconfig)) as t:
         yield t
 
 

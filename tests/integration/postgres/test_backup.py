@@ -37,6 +37,7 @@ from tests.integration.postgres.conftest import (
     set_policy,
     wait_for,
 )
+from tests.support import CONTROLLER_MANAGER
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +62,7 @@ def phase_is(phase: str) -> Any:
     return lambda o: o is not None and (o.get("status") or {}).get("phase") == phase
 
 
+@pytest.mark.plays("the job controller (writes the Jobs' status)", by=CONTROLLER_MANAGER)
 async def test_a_backup_runs_as_a_job_and_follows_its_outcome(
     admin_config: ClusterConfig,
     kube: Client,

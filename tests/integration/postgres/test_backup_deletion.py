@@ -40,10 +40,11 @@ from tests.integration.postgres.conftest import (
     set_policy,
     wait_for,
 )
+from tests.support import CONTROLLER_MANAGER
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.plays("the job controller (writes a Job's status)"),
+    pytest.mark.plays("the job controller (writes a Job's status)", by=CONTROLLER_MANAGER),
 ]
 
 Obj = dict[str, Any]

@@ -21,6 +21,7 @@ from controllers.postgres.api import ANNOTATION_CONFIG_HASH, API_VERSION, LABEL_
 from kubeclient.errors import NotFoundError
 from kubeclient.transport import Transport
 from tests.integration.postgres.conftest import condition, set_policy, wait_for
+from tests.support import CONTROLLER_MANAGER
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +157,9 @@ async def test_the_version_policy_decides_which_versions_run(
     )
 
 
-@pytest.mark.plays("the StatefulSet controller (writes a StatefulSet's status)")
+@pytest.mark.plays(
+    "the StatefulSet controller (writes a StatefulSet's status)", by=CONTROLLER_MANAGER
+)
 async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the_template(
     operator: Manager, kube: Client, transport: Transport, namespace: str
 ) -> None:
@@ -306,7 +309,8 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
 
 
 @pytest.mark.plays(
-    "the job and StatefulSet controllers (writes a Job's and a StatefulSet's status)"
+    "the job and StatefulSet controllers (writes a Job's and a StatefulSet's status)",
+    by=CONTROLLER_MANAGER,
 )
 async def test_an_instance_restored_from_a_backup_is_ready_once_the_restore_job_succeeded(
     operator: Manager, kube: Client, transport: Transport, namespace: str

@@ -60,6 +60,7 @@ from tests.rbac_usage import (
     ungranted_accesses,
     unused_grants,
 )
+from tests.support import CONTROLLER_MANAGER
 
 pytestmark = pytest.mark.integration
 
@@ -502,6 +503,10 @@ async def delete_everything(kube: Client, transport: Transport, namespace: str) 
         await get("PostgresInstance", name, lambda o: o is None)
 
 
+@pytest.mark.plays(
+    "the job and StatefulSet controllers (writes Jobs' status and a StatefulSet's readyReplicas)",
+    by=CONTROLLER_MANAGER,
+)
 async def test_the_postgres_controllers_need_exactly_their_rules(
     control_plane: ControlPlane,
     kube: Client,

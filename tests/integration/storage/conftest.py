@@ -44,6 +44,14 @@ def storage_postgres() -> Iterator[LocalPostgres]:
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def _own_control_planes() -> None:
+    """Every storage test starts a control plane of its own (on a chosen storage), which an
+    existing cluster cannot be."""
+    if use_existing_cluster():
+        pytest.skip("the storage tests start control planes of their own")
+
+
 @pytest.fixture(scope="module", params=SELECTED)
 def backend(request: pytest.FixtureRequest) -> str:
     if use_existing_cluster():

@@ -259,10 +259,10 @@ def test_stamp_counts_writes_of_this_run_only() -> None:
 
 def test_median_of_runs_keeps_the_middle_run_and_all_rates() -> None:
     runs = [
-        result("ours", per_second=300.0, seconds=3.0),
+        result("ours", per_second=300.0, seconds=3.0, cpu_seconds=0.7),
         result("go", per_second=100.0),
-        result("ours", per_second=100.0, seconds=1.0),
-        result("ours", per_second=200.0, seconds=2.0),
+        result("ours", per_second=100.0, seconds=1.0, cpu_seconds=0.9),
+        result("ours", per_second=200.0, seconds=2.0, cpu_seconds=0.8, rss_per_object=800.0),
     ]
     merged = report.median_of_runs(runs)
     assert [r["implementation"] for r in merged] == ["ours", "go"]
@@ -270,6 +270,8 @@ def test_median_of_runs_keeps_the_middle_run_and_all_rates() -> None:
     assert ours["seconds"] == 2.0
     assert ours["runs"] == 3
     assert ours["per_second_runs"] == [300.0, 100.0, 200.0]
+    assert ours["cpu_seconds_runs"] == [0.7, 0.9, 0.8]  # every run's, in order
+    assert "rss_per_object_runs" not in ours  # not every run has one
     assert "runs" not in merged[1]
     report.validate(ours)
 

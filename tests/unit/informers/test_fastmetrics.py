@@ -56,6 +56,50 @@ def test_bad_labels_and_negative_increments_are_refused() -> None:
     assert child.value == 0
 
 
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(["set", "inc", "dec"]),
+            st.floats(-1e6, 1e6, allow_nan=False),
+        ),
+        max_size=30,
+    )
+)
+def test_gauges_expose_what_prometheus_client_gauges_do(ops: list[tuple[str, str, float]]) -> None:
+    ours, theirs = fastmetrics.Registry(), CollectorRegistry()
+    fast = fastmetrics.Gauge("level", "Level.", ["kind"], registry=ours)
+    slow = prometheus_client.Gauge("level", "Level.", ["kind"], registry=theirs)
+    for kind, op, value in ops:
+        getattr(fast.labels(kind), op)(value)
+        getattr(slow.labels(kind), op)(value)
+    fast.labels("fn").set_function(lambda: 7.5)
+    slow.labels("fn").set_function(lambda: 7.5)
+    assert _exposition(ours) == _exposition(theirs)  # type: ignore[arg-type]
+    for kind in ("a", "b", "fn"):
+        labels = {"kind": kind}
+        assert ours.get_sample_value("level", labels) == theirs.get_sample_value("level", labels)
+
+
+def test_the_registry_reads_samples_and_refuses_a_name_twice() -> None:
+    registry = fastmetrics.Registry()
+    counter = fastmetrics.Counter("hits_total", "Hits.", ["code"], registry=registry)
+    gauge = fastmetrics.Gauge("open", "Open.", ["code"], registry=registry)
+    counter.labels("200").inc(3)
+    gauge.labels("200").set(2)
+    assert registry.get_sample_value("hits_total", {"code": "200"}) == 3.0
+    assert registry.get_sample_value("open", {"code": "200"}) == 2.0
+    assert registry.get_sample_value("open", {"code": "500"}) is None
+    with pytest.raises(ValueError, match="Duplicated"):
+        fastmetrics.Gauge("open", "Open again.", ["code"], registry=registry)
+    gauge.remove("200")
+    assert registry.get_sample_value("open", {"code": "200"}) is None
+    gauge.remove("200")  # nothing to remove: no error
+    registry.unregister(counter)
+    assert registry.get_sample_value("hits_total", {"code": "200"}) is None
+    fastmetrics.Counter("hits_total", "Hits.", ["code"], registry=registry)  # the name is free
+
+
 def test_a_removed_series_is_no_longer_exported() -> None:
     registry = CollectorRegistry()
     counter = fastmetrics.Counter("x_total", "X.", ["a"], registry=registry)

@@ -28,6 +28,7 @@ from tests.e2e.connect import (
     retry_connection,
     split_note,
 )
+from tests.e2e.pods import exec_script, exec_status
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -272,3 +273,36 @@ def test_an_outage_is_measured_from_the_first_failure_to_the_recovery() -> None:
     still = outage(parse_probe("1.0 ok\n2.0 fail No route to host"), since=0)
     assert still.recovered_at is None and still.seconds == 0
     assert outage(parse_probe("1.0 ok\n2.0 ok"), since=0) == Outage(None, None, 1.0, {})
+
+
+def _exec(script: str) -> str:
+    """What ``pods.exec_in`` would print for ``script`` (run here with the machine's bash)."""
+    done = subprocess.run(
+        ["bash", "-c", exec_script(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+    )
+    return done.stdout
+
+
+def test_an_exec_retries_a_server_starting_up_and_gives_the_rows_and_status(
+    tmp_path: Path,
+) -> None:
+    starting = (
+        'psql: error: connection to server on socket "/var/run/postgresql/.s.PGSQL.5432" '
+        "failed: FATAL:  the database system is starting up"
+    )
+    log, note = split_note(_exec(f"retry_connect {_fails_then(tmp_path, 2, starting, 't')}"))
+    assert exec_status(log) == ("t\n", 0)
+    assert note is not None and note.attempts == 3 and note.last_error.endswith("starting up")
+
+
+def test_an_exec_status_says_how_the_script_ended_or_that_it_did_not() -> None:
+    failed = _exec("bash -c 'echo ERROR:  relation marks does not exist >&2; exit 3'")
+    assert exec_status(failed) == ("ERROR: relation marks does not exist\n", 3)
+    assert exec_status(_exec("echo 'exit:7 is a row'")) == ("exit:7 is a row\n", 0)
+    assert exec_status("") == ("", None)  # kubectl failed: nothing ran
+    assert exec_status("error: container not found") == ("error: container not found", None)
