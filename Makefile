@@ -21,7 +21,7 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(INSTALL_KEY)
 
 export CONTROLLER_RUNTIME_PY_CACHE := $(CACHE_DIR)
 
-.PHONY: help venv run test test-storage chaos lint typecheck unit integration binaries kine bench bench-storage venv-bench clean-cache postgres node-binaries e2e test-existing manifests wheel
+.PHONY: help venv run test test-storage chaos lint typecheck unit integration binaries kine bench bench-storage venv-bench clean-cache postgres node-binaries e2e e2e-ha-numbers test-existing manifests wheel
 
 help:
 	@echo "make run        the operator on an embedded local control plane (or the configured cluster)"
@@ -35,6 +35,7 @@ help:
 	@echo "make manifests  regenerate the CRDs and RBAC in manifests/ from the code"
 	@echo "make wheel      build the library's wheel into $(CACHE_DIR)/dist"
 	@echo "make e2e        the end-to-end tests on a local cluster with a real node (root)"
+	@echo "make e2e-ha-numbers  the PostgreSQL failover scenarios 10 times each on 3 nodes: write gaps"
 	@echo "make test-existing  the suite against a local cluster with a node (USE_EXISTING_CLUSTER)"
 
 venv: $(STAMP)
@@ -65,11 +66,21 @@ node-binaries: binaries
 	@sh scripts/ensure-node-packages.sh
 	$(BIN)/python -m controller_runtime.envtest build --node
 
-# The end-to-end tests on a one-node cluster (needs root; not part of `make test`). The node's
-# binaries, SeaweedFS and the images are built by the tests' fixtures.
+# The end-to-end tests on a local cluster with real nodes (needs root; not part of `make test`):
+# 3 nodes in 3 zones when a collected test needs them, else 1; CRPY_E2E_NODES=N sets it
+# (docs/e2e.md). The node's binaries, SeaweedFS and the images are built by the tests' fixtures.
 e2e: venv binaries
 	@sh scripts/ensure-node-packages.sh
 	CRPY_E2E=1 $(BIN)/pytest $(or $(TESTS),tests/e2e) -v -s --timeout=1800 $(PYTEST_ARGS)
+
+# The failover scenarios ten times each (ROUNDS=N for another count) on three nodes: those of
+# tests/e2e/test_failover.py on one instance, the node lost and partitioned each on a new one;
+# the write gaps, with medians and worst cases, in ha-numbers.json (docs/e2e.md, "High
+# availability").
+e2e-ha-numbers: venv binaries
+	@sh scripts/ensure-node-packages.sh
+	CRPY_E2E=1 CRPY_HA_ROUNDS=$(or $(ROUNDS),10) $(BIN)/pytest tests/e2e/test_failover_nodes.py \
+		tests/e2e/test_failover.py -v -s --timeout=7200 $(PYTEST_ARGS)
 
 # The suite (as `make test` runs it, without lint) against the local cluster with a node (root):
 # USE_EXISTING_CLUSTER=true on a real controller-manager, scheduler, kubelet and kube-proxy.

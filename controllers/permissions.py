@@ -55,6 +55,24 @@ DECLARED: dict[str, tuple[Rule, ...]] = {
             why="what an in-cluster instance renders (server-side apply: create, then patch)",
         ),
         allow("services", "create", "patch", why="the instance's Services (applied)"),
+        allow(
+            "serviceaccounts",
+            "create",
+            "patch",
+            why="the instance Pods' ServiceAccount, for their agent (applied)",
+        ),
+        allow(
+            "roles.rbac.authorization.k8s.io",
+            "create",
+            "patch",
+            why="the agent's Role: get on its own PostgresInstance (applied)",
+        ),
+        allow(
+            "rolebindings.rbac.authorization.k8s.io",
+            "create",
+            "patch",
+            why="the agent's RoleBinding to its ServiceAccount (applied)",
+        ),
         allow("configmaps", "create", "patch", why="the instance's configuration (applied)"),
         allow(
             "poddisruptionbudgets.policy",
@@ -75,13 +93,29 @@ DECLARED: dict[str, tuple[Rule, ...]] = {
             "pods",
             "list",
             why="while an instance is not Ready its Pods are listed live (an image that "
-            "cannot be pulled shows only in their container statuses); never cached",
+            "cannot be pulled shows only in their container statuses); the operator's own Pod "
+            "once, for its image (the agents run it)",
         ),
         allow(
             "persistentvolumeclaims",
             "list",
             "delete",
             why="deletionPolicy: Delete removes an instance's volume claims",
+        ),
+    ),
+    "postgresfailover": (
+        allow(
+            f"postgresinstances.{PG}",
+            "patch",
+            why="the switchover annotation is removed once the switchover is done",
+        ),
+        allow(f"postgresinstances.{PG}/status", "patch", why="the primary and the HA state"),
+        allow(
+            "pods",
+            "patch",
+            "delete",
+            why="the role labels the primary and replicas Services select; a rolling update "
+            "deletes Pods one at a time (OnDelete strategy)",
         ),
     ),
     "postgresuser": (

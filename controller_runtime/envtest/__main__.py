@@ -3,11 +3,15 @@
     python -m controller_runtime.envtest build   # build (once) and cache the binaries
     python -m controller_runtime.envtest run     # start, install CRDs, print how to reach it
     python -m controller_runtime.envtest build --node   # also the node's binaries
-    python -m controller_runtime.envtest run --node     # a one-node cluster that runs Pods
+    python -m controller_runtime.envtest run --node     # a cluster with a node that runs Pods
+    python -m controller_runtime.envtest run --node --nodes 3   # three nodes in three zones
     python -m controller_runtime.envtest run --node -- pytest   # run a command against it
     python -m controller_runtime.envtest run --storage kine-postgres   # kine on PostgreSQL
     python -m controller_runtime.envtest run --storage-override /events=kine-sqlite
     python -m controller_runtime.envtest build --kine   # also kine (etcd API over SQL)
+
+``run --node --nodes N`` starts N nodes (``crpy-node-1`` ...), in zones ``zone-a``,
+``zone-b``, ``zone-c`` in turn (docs/e2e.md, "Several nodes").
 
 ``run`` keeps the control plane up until interrupted (Ctrl-C or SIGTERM) and then tears it
 down, leaving no process or temporary directory behind. ``run --node -- COMMAND ...`` runs
@@ -48,6 +52,7 @@ from controller_runtime.envtest.node.cluster import (
     NodeUnavailableError,
     preflight,
 )
+from controller_runtime.envtest.node.configs import MAX_NODES
 from controller_runtime.envtest.node.images import ImageError
 from controller_runtime.envtest.storage import BACKENDS, StorageError, default_storage
 
@@ -80,7 +85,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--node",
         action="store_true",
-        help="a one-node cluster (kubelet, containerd, ...) that runs Pods; needs root",
+        help="a cluster with nodes (kubelet, containerd, ...) that runs Pods; needs root",
+    )
+    run.add_argument(
+        "--nodes",
+        type=_node_count,
+        default=1,
+        metavar="N",
+        help="with --node: how many nodes (default %(default)s; zones zone-a, zone-b, zone-c "
+        f"in turn; at most {MAX_NODES})",
     )
     run.add_argument(
         "--s3",
@@ -130,6 +143,16 @@ def _override(text: str) -> tuple[str, str]:
             f"got {text!r}"
         )
     return key, backend
+
+
+def _node_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"expected a number of nodes from 1 to {MAX_NODES}")
+    return count
 
 
 def _gate(text: str) -> tuple[str, bool]:
@@ -199,8 +222,8 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def run_node(crds: Path, *, s3: bool = False, command: Sequence[str] = ()) -> int:
-    """Start a one-node cluster, print how to reach it, wait for a signal (or run
+def run_node(crds: Path, *, nodes: int = 1, s3: bool = False, command: Sequence[str] = ()) -> int:
+    """Start a cluster of ``nodes`` nodes, print how to reach it, wait for a signal (or run
     ``command`` against it), tear it down. Returns the command's exit status (0 without
     one)."""
     try:
@@ -208,10 +231,15 @@ def run_node(crds: Path, *, s3: bool = False, command: Sequence[str] = ()) -> in
     except NodeUnavailableError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    with LocalCluster(crd_directory=crds, s3=s3) as cluster:
+    with LocalCluster(crd_directory=crds, nodes=nodes, s3=s3) as cluster:
         timings = ", ".join(f"{k} {v:.1f}s" for k, v in cluster.timings.items())
         print(f"local cluster ready ({timings})")
         print_access(cluster.plane)
+        for node in cluster.all_nodes:
+            print(
+                f"node:        {node.name} ({node.zone}) at {node.address}, "
+                f"Pods {node.addresses.pod_cidr}"
+            )
         print(f"work directory: {cluster.workdir} (component logs)")
         if cluster.s3_endpoint is not None:
             endpoint = cluster.s3_endpoint
@@ -238,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run" and args.node and args.feature_gates:
         parser.error("--feature-gate is not supported with --node yet")
+    if args.command == "run" and args.nodes != 1 and not args.node:
+        parser.error("--nodes needs --node")
     if args.command == "run" and args.s3 and not args.node:
         parser.error("--s3 needs --node (the S3 server runs in the node's network namespace)")
     if args.command == "run" and args.node and (args.storage or args.storage_overrides):
@@ -256,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         if command and not args.node:
             parser.error("a command to run (after --) needs --node")
         if args.node:
-            return run_node(args.crds, s3=args.s3, command=command)
+            return run_node(args.crds, nodes=args.nodes, s3=args.s3, command=command)
         started = time.monotonic()
         gates = dict(args.feature_gates)
         plane = ControlPlane(

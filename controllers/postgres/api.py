@@ -41,13 +41,16 @@ MANAGED_BY = "crpy-postgres-operator"
 LABEL_PLAN = f"{GROUP}/backup-plan"
 LABEL_BINDING = f"{GROUP}/binding"
 LABEL_ROLE = f"{GROUP}/role"
-"""On an instance's Pods, set by the operator: ``primary`` or ``replica`` (what the
-``<name>-primary`` and ``<name>-replicas`` Services select); absent on a fenced or failing Pod."""
+"""On an instance's Pods, set by the failover controller (:mod:`controllers.postgres.ha`):
+``primary`` on the current primary while the failover machine is Healthy, ``replica`` on the
+standbys streaming from it (what the ``<name>-primary`` and ``<name>-replicas`` Services
+select); absent on any other Pod (a fenced, failing or deleted one)."""
 ROLE_PRIMARY = "primary"
 ROLE_REPLICA = "replica"
 ANNOTATION_SWITCHOVER = f"{GROUP}/switchover-to"
-"""On a PostgresInstance: the Pod to switch the primary role over to (a planned switchover);
-the operator removes it once the switchover is done."""
+"""On a PostgresInstance: the Pod to switch the primary role over to (a planned switchover,
+once that Pod streams within 16 MiB of the primary); the operator removes it once the Pod is
+the primary, or at once (with a Warning Event) when it names no member of the instance."""
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_VERSION = f"{GROUP}/version"
 ANNOTATION_SCHEDULED_AT = f"{GROUP}/scheduled-at"

@@ -16,6 +16,11 @@ The driver turns the state into the cluster's configuration, declaratively:
 - The ``primary`` Pod label (and so the ``<name>-primary`` Service) is on ``current_primary`` only
   while the phase is :attr:`Phase.HEALTHY`: a fenced or failing primary leaves the Service at once.
 
+The driver is :mod:`controllers.postgres.ha` (the operator's side: observations from each Pod's
+agent, the state in the instance's status through :func:`instance_status_fields`); the members'
+side is :mod:`controllers.postgres.standing` (the agent's rules) and
+:mod:`controllers.postgres.supervisor` (the container's entrypoint).
+
 Phases and transitions::
 
     BOOTSTRAP   the first member reports role primary                     -> HEALTHY
@@ -51,7 +56,11 @@ Guarantees (each attacked by the property test):
 - ``SyncPolicy.DEGRADE_TO_ASYNC`` and asynchronous mode promote the most advanced standby that
   reports; what the others had beyond it is lost (bounded by their replication lag).
 - Candidates are standbys of the old primary's timeline, not being deleted, not fenced, on a
-  node that is not lost; ties break on replayed LSN, then the name.
+  node that is not lost, whose WAL position is known (``position_known``: a member replaying
+  its own WAL after a restart cannot tell yet, and zero-loss mode waits for it); ties break on
+  replayed LSN, then the name.
+- A primary that answers but does not accept connections (``ready=False``: restarting,
+  recovering) is unhealthy; its fence is confirmed only once it reports another role.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 PENDING = "pending"
@@ -142,6 +152,17 @@ class MemberObservation:
     pod_created: float | None = None
     """When its current Pod was created: a Pod created after the member's fence was written
     read that fence when it started, so it is not the Pod that served as primary."""
+    ready: bool = True
+    """A primary accepts connections (``False`` while it starts, recovers or stops: it is, or
+    may become, a primary, but serves nothing yet)."""
+    position_known: bool = True
+    """``received_lsn`` is where the member's WAL really ends. ``False`` for a member that
+    answers but cannot tell yet (restarting, cloning, replaying its own WAL, stopped after a
+    crash): it is no candidate, and zero-loss mode waits for it as for a silent member."""
+    lease_bounded: bool = True
+    """The member's own rule holds for it: were it primary, it would stop accepting commits
+    within ``isolation_bound`` of its last confirmed reading. ``False`` while its last reading
+    was of a single-replica instance (a lone primary keeps serving when it cannot read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +204,9 @@ class HAState:
     """Duration of the last completed failover or switchover (start to new primary)."""
     current_since: float | None = None
     target_since: float | None = None
+    unbounded: frozenset[str] = frozenset()
+    """Members whose last report said their lease is unbounded (``lease_bounded=False``):
+    silence does not confirm their fence."""
 
     def to_status(self) -> dict[str, Any]:
         """A JSON-ready form (see :func:`state_from_status`)."""
@@ -204,6 +228,7 @@ class HAState:
             "lastTransitionSeconds": self.last_transition_seconds,
             "currentSince": self.current_since,
             "targetSince": self.target_since,
+            "unbounded": sorted(self.unbounded),
         }
 
 
@@ -252,7 +277,51 @@ def state_from_status(data: Mapping[str, Any] | None) -> HAState:
         last_transition_seconds=opt_float("lastTransitionSeconds"),
         current_since=opt_float("currentSince"),
         target_since=opt_float("targetSince"),
+        unbounded=frozenset(str(n) for n in data.get("unbounded") or () if isinstance(n, str)),
     )
+
+
+_TOP_LEVEL = ("currentPrimary", "targetPrimary", "failovers", "switchovers")
+_HA_LEVEL = ("phase", "fenced", "timeline")
+
+
+def instance_status_fields(state: HAState) -> dict[str, Any]:
+    """The state as a PostgresInstance's status holds it: ``currentPrimary`` and
+    ``targetPrimary`` (each with an RFC 3339 ``…Timestamp`` of when it last changed),
+    ``failovers``, ``switchovers`` and ``lastTransitionSeconds`` at the top; ``ha.phase``,
+    ``ha.fenced`` and ``ha.timeline``; the rest of the record in ``ha.state``. Read back
+    with :func:`state_from_instance_status`."""
+    flat = state.to_status()
+    top: dict[str, Any] = {key: flat.pop(key) for key in _TOP_LEVEL}
+    top["lastTransitionSeconds"] = flat.pop("lastTransitionSeconds")
+    top["currentPrimaryTimestamp"] = _rfc3339(state.current_since)
+    top["targetPrimaryTimestamp"] = _rfc3339(state.target_since)
+    ha: dict[str, Any] = {key: flat.pop(key) for key in _HA_LEVEL}
+    ha["state"] = flat
+    top["ha"] = ha
+    return top
+
+
+def state_from_instance_status(status: Mapping[str, Any] | None) -> HAState:
+    """The state :func:`instance_status_fields` wrote into ``status`` (a fresh state when it
+    holds none)."""
+    if not isinstance(status, Mapping):
+        return HAState()
+    ha = status.get("ha")
+    if not isinstance(ha, Mapping) or not ha.get("phase"):
+        return HAState()
+    inner = ha.get("state")
+    flat: dict[str, Any] = dict(inner) if isinstance(inner, Mapping) else {}
+    flat.update({key: status.get(key) for key in _TOP_LEVEL})
+    flat["lastTransitionSeconds"] = status.get("lastTransitionSeconds")
+    flat.update({key: ha.get(key) for key in _HA_LEVEL})
+    return state_from_status(flat)
+
+
+def _rfc3339(when: float | None) -> str | None:
+    if when is None:
+        return None
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,10 +343,12 @@ class Decision:
 
 
 def healthy_primary(member: MemberObservation) -> bool:
-    """The member answers as a primary, its Pod is not being deleted and its node is up."""
+    """The member answers as a primary that accepts connections, its Pod is not being
+    deleted and its node is up."""
     return (
         member.reachable
         and member.role == Role.PRIMARY
+        and member.ready
         and member.pod_exists
         and not member.pod_deleting
         and not member.node_lost
@@ -296,7 +367,8 @@ def fence_confirmed(
     ``isolation_bound`` after the fence it has stopped, whether it reads the fence, is cut off,
     or is frozen (a frozen process commits nothing, and re-checks when it thaws). When it was
     last *seen* says nothing: it may have served unobserved until the fence. A Pod created
-    after the fence is confirmed at once: it read the fence at start."""
+    after the fence is confirmed at once: it read the fence at start. Silence confirms
+    nothing for a member whose last report said its lease is unbounded (a lone primary's)."""
     if not member.pod_exists:
         return True
     if member.reachable:
@@ -306,6 +378,8 @@ def fence_confirmed(
         return False
     if member.pod_created is not None and member.pod_created > written + 1:
         return True  # a new Pod (the creation time has whole seconds: one more to be sure)
+    if member.name in state.unbounded:
+        return False
     return now - written >= config.isolation_bound
 
 
@@ -332,7 +406,11 @@ def position(member: MemberObservation) -> tuple[int, int]:
 
 def _intact(member: MemberObservation) -> bool:
     return (
-        member.reachable and member.pod_exists and not member.pod_deleting and not member.node_lost
+        member.reachable
+        and member.position_known
+        and member.pod_exists
+        and not member.pod_deleting
+        and not member.node_lost
     )
 
 
@@ -376,7 +454,7 @@ def choose_candidate(
         # Any acknowledged commit is on some standby; only the most advanced of all of them
         # (candidates or not: a restarting standby still has its WAL) surely has it.
         others = [obs.get(n) for n in config.members if n != state.old_primary]
-        missing = [m.name for m in others if not m.reachable]
+        missing = [m.name for m in others if not (m.reachable and m.position_known)]
         if missing:
             return None, (
                 "zero-loss: waiting for member(s) that may hold acknowledged commits to "
@@ -400,10 +478,15 @@ def decide(state: HAState, obs: Observation, config: HAConfig) -> Decision:
     """The next state and the Events of this round (see the module docs)."""
     now = obs.now
     seen = dict(state.last_seen)
+    unbounded = set(state.unbounded)
     for name, m in obs.members.items():
         if m.reachable:
             seen[name] = now
-    state = replace(state, last_seen=seen)
+            if m.lease_bounded:
+                unbounded.discard(name)
+            else:
+                unbounded.add(name)
+    state = replace(state, last_seen=seen, unbounded=frozenset(unbounded))
     if state.phase == Phase.BOOTSTRAP:
         return _bootstrap(state, obs, config)
     if state.phase == Phase.HEALTHY:

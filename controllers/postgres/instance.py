@@ -8,6 +8,10 @@ conditions ``Ready``, ``Progressing``, ``Degraded`` and ``VersionAccepted``; wri
 it changes.
 
 - In-cluster: Ready once the StatefulSet has rolled out and reports every replica ready.
+  Which Pod is primary, failover, switchover and the Pods' rolling updates are the failover
+  controller's (:mod:`controllers.postgres.ha`, set up with this one); this controller keeps
+  a primary that a scale-down would remove until it has been switched over
+  (:func:`statefulset_replicas`).
   While it is not, the instance's Pods are read live every ``pod_poll`` seconds (default 15);
   a Pod whose image cannot be pulled makes ``Ready=False`` and ``Degraded=True`` with reason
   ``ImagePullFailed`` (the Pod, the image and the kubelet's message) and a Warning Event of
@@ -44,7 +48,6 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from controller_runtime import (
@@ -71,6 +74,7 @@ from controller_runtime import (
 from controller_runtime.builder import ControllerHost
 from controller_runtime.cache import DELETED
 from controllers.postgres import jobs, render, sql
+from controllers.postgres.agent_image import agent_image
 from controllers.postgres.api import (
     ANNOTATION_VERSION,
     API_VERSION,
@@ -97,6 +101,7 @@ from controllers.postgres.connection import (
     admin_conninfo,
     read_secret,
 )
+from controllers.postgres.ha import setup_ha_controller
 from controllers.postgres.pods import image_problem
 from controllers.postgres.policy import (
     Verdict,
@@ -153,13 +158,16 @@ class RolloutProgress:
 def rollout_progress(sts: Obj, replicas: int) -> RolloutProgress:
     """The rollout of ``sts`` towards ``replicas`` ready pods. Rolled out means: the
     controller saw the latest spec, every pod runs the latest revision, and no pod beyond
-    ``replicas`` is left (a scale-down is done only when the surplus pods are gone)."""
+    ``replicas`` is left (a scale-down is done only when the surplus pods are gone). With the
+    ``OnDelete`` strategy the StatefulSet never moves ``currentRevision``: the updated Pods'
+    count says it."""
     status = sts.get("status") or {}
     observed = int(status.get("observedGeneration", 0)) >= int(sts["metadata"].get("generation", 1))
     pods = int(status.get("replicas", 0))
     ready = int(status.get("readyReplicas", 0))
     updated = int(status.get("updatedReplicas", 0))
-    revisions_match = status.get("currentRevision") == status.get("updateRevision")
+    on_delete = ((sts.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
+    revisions_match = on_delete or status.get("currentRevision") == status.get("updateRevision")
     rolled = observed and updated >= replicas and revisions_match and pods == replicas
     all_ready = rolled and ready >= replicas
     surplus = f", {pods - replicas} more to remove" if pods > replicas else ""
@@ -213,7 +221,22 @@ def kept_claim_templates(
     return claims, None
 
 
-def rendered_children(instance: Obj, verdict: Verdict, claims: list[Obj] | None) -> list[Obj]:
+def statefulset_replicas(instance: Obj) -> int:
+    """``spec.replicas``, or more while the current primary is a Pod a scale-down would
+    remove: the failover controller switches over first (the primary is then no member), and
+    only then does the StatefulSet shrink."""
+    replicas = int((instance.get("spec") or {}).get("replicas", 1))
+    primary = str((instance.get("status") or {}).get("currentPrimary") or "")
+    prefix = render.Names(instance["metadata"]["name"]).statefulset + "-"
+    ordinal = primary[len(prefix) :] if primary.startswith(prefix) else ""
+    if ordinal.isdigit() and int(ordinal) >= replicas:
+        return int(ordinal) + 1
+    return replicas
+
+
+def rendered_children(
+    instance: Obj, verdict: Verdict, claims: list[Obj] | None, agent_image: str
+) -> list[Obj]:
     """The objects an in-cluster instance runs on, the StatefulSet last;
     :class:`render.RenderError` for a spec that cannot be rendered."""
     assert verdict.version is not None and verdict.image is not None
@@ -222,8 +245,16 @@ def rendered_children(instance: Obj, verdict: Verdict, claims: list[Obj] | None)
         render.headless_service(instance),
         render.primary_service(instance),
         render.replicas_service(instance),
+        render.service_account(instance),
+        render.agent_role(instance),
+        render.agent_role_binding(instance),
         render.statefulset(
-            instance, version=str(verdict.version), image=verdict.image, claim_templates=claims
+            instance,
+            version=str(verdict.version),
+            image=verdict.image,
+            agent_image=agent_image,
+            claim_templates=claims,
+            replicas=statefulset_replicas(instance),
         ),
     ]
 
@@ -396,7 +427,7 @@ class InstanceReconciler:
         if storage_problem is not None:
             problems.append(storage_problem)
         try:
-            children = rendered_children(instance, verdict, claims)
+            children = rendered_children(instance, verdict, claims, await agent_image(self.client))
         except render.RenderError as err:
             reason, message = "InvalidSpec", str(err)
             degraded = Condition("Degraded", True, reason, message)
@@ -405,7 +436,6 @@ class InstanceReconciler:
             await write_status(self.client, instance, status)
             return None
         applied = await self._apply_children(instance, children)
-        record_primary(status, render.Names(instance["metadata"]["name"]).statefulset + "-0")
         if running is not None and running != verdict.version:
             message = f"rolling from PostgreSQL {running} to {verdict.version}"
             self.recorder.record(instance, "Normal", "Upgrading", message, "Upgrade")
@@ -627,16 +657,6 @@ class InstanceReconciler:
         self.recorder.record(instance, "Warning", verdict.reason, verdict.message, "ChooseVersion")
 
 
-def record_primary(status: Obj, name: str, target: str | None = None) -> None:
-    """``currentPrimary`` and ``targetPrimary`` (``target`` defaults to ``name``) into
-    ``status``, each with the time it last changed."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    for key, value in (("currentPrimary", name), ("targetPrimary", target or name)):
-        if status.get(key) != value:
-            status[key] = value
-            status[f"{key}Timestamp"] = now
-
-
 def _condition_message(instance: Obj, kind: str) -> str | None:
     for condition in (instance.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind:
@@ -671,9 +691,11 @@ async def setup_instance_controller(
     sweep_every: float = 600.0,
 ) -> Controller:
     """Build the PostgresInstance controller on ``host`` (a manager, or anything with
-    ``add``: it also gets the recorder's closer). Watches instances (spec changes and
-    deletions), the objects it renders, the version policy (any change reconciles every
-    instance) and PostgresUser deletions (to finish an instance's deletion)."""
+    ``add``: it also gets the recorder's closer), and the instances' failover controller
+    (:func:`controllers.postgres.ha.setup_ha_controller`) beside it. Watches instances (spec
+    changes and deletions), the objects it renders, the version policy (any change reconciles
+    every instance) and PostgresUser deletions (to finish an instance's deletion)."""
+    await setup_ha_controller(host, client, options=options, recorder=recorder)
     recorder = controller_recorder(host, "postgres.crpy.io/instance-controller", recorder)
     reconciler = InstanceReconciler(
         client, recorder, recheck_after=recheck_after, sweep_every=sweep_every

@@ -3,24 +3,30 @@ version the policy lets it run) to the objects that run it.
 
 What is rendered, for an instance ``<name>``:
 
-- ConfigMap ``<name>-config``: ``postgresql.conf``, ``pg_hba.conf``, the container's
-  entrypoint and the first-start script that creates the replication role;
+- ConfigMap ``<name>-config``: ``postgresql.conf``, ``pg_hba.conf`` and the container's
+  entrypoint, the supervisor (:mod:`controllers.postgres.supervisor`);
 - Secret ``<name>-superuser`` (``username``, ``password``, ``replication-password``):
   created once, never rewritten (:func:`superuser_secret`);
-- ConfigMap ``<name>-ha`` (:func:`ha_configmap`): ``target-primary`` and ``fenced``, what
-  the operator decided (controllers/postgres/ha.py); kept apart so a change rolls nothing;
-- StatefulSet ``<name>``: pod ``<name>-0`` is the primary; every other pod clones it with
-  ``pg_basebackup`` on first start and follows it by streaming replication
-  (``wal_log_hints`` is on, so a former primary can be rewound with ``pg_rewind``);
-- Service ``<name>-headless`` (stable pod DNS names), ``<name>-primary`` (pod 0) and
-  ``<name>-replicas`` (the Pods the operator labels ``postgres.crpy.io/role=replica``:
-  streaming standbys, read-only);
+- ServiceAccount, Role and RoleBinding ``<name>-agent``: the Pods' agent may ``get`` this one
+  PostgresInstance, nothing else (it reads its standing there);
+- StatefulSet ``<name>``: each Pod runs the supervisor in the ``postgres`` container and the
+  agent (:mod:`controllers.postgres.agent`, the operator's image) as a sidecar that starts
+  before it and stops after it; they share ``/run/crpy-ha`` and the server's socket
+  directory. Which Pod is primary is not its ordinal: the failover controller
+  (:mod:`controllers.postgres.ha`) names it in the instance's status, and the agents act on
+  it. ``wal_log_hints`` is on, so a former primary rejoins with ``pg_rewind``. The update
+  strategy is ``OnDelete``: the failover controller rolls the Pods (standbys first, then a
+  switchover, then the old primary);
+- Service ``<name>-headless`` (stable Pod DNS names), ``<name>-primary`` (the Pod labelled
+  ``postgres.crpy.io/role=primary`` by the failover controller) and ``<name>-replicas`` (the
+  Pods labelled ``replica``: standbys streaming from the primary, read-only);
 - PodDisruptionBudget ``<name>`` (``maxUnavailable: 1``) while ``replicas > 1``.
 
 The pod template carries a hash of the rendered configuration, so a change of parameters,
-replication mode or TLS rolls the pods; a changed image (minor upgrade) rolls them too.
+replication mode or TLS rolls the pods; a changed image (minor upgrade, or the operator's own
+image for the agent) rolls them too.
 Caveats: replication uses ``wal_keep_size`` rather than slots, so a standby down for long
-must be re-cloned.
+must be re-cloned (the supervisor clones anew when ``pg_rewind`` keeps failing).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 from controllers.postgres.api import (
     ANNOTATION_CONFIG_HASH,
     ANNOTATION_VERSION,
+    API_VERSION,
     LABEL_INSTANCE,
     LABEL_NAME,
     LABEL_ROLE,
@@ -42,6 +49,7 @@ from controllers.postgres.api import (
     ROLE_REPLICA,
     labels_for,
 )
+from controllers.postgres.supervisor import SCRIPT as SUPERVISOR
 
 Obj = dict[str, Any]
 
@@ -49,8 +57,15 @@ PORT = 5432
 DATA_DIR = "/var/lib/postgresql/data"
 PGDATA = f"{DATA_DIR}/pgdata"
 CONFIG_DIR = "/etc/postgres"
-HA_DIR = "/etc/postgres-ha"
+RUN_DIR = "/run/crpy-ha"
+SOCKET_DIR = "/var/run/postgresql"
 TLS_DIR = "/etc/postgres-tls"
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+AGENT_PORT = 8008
+TERMINATION_GRACE_SECONDS = 60
+SWITCHOVER_WAIT_SECONDS = 30
+"""How long a deleted Pod's primary keeps serving while the operator switches over (within
+the grace period; a fast shutdown follows)."""
 POSTGRES_UID = 999  # the official image's postgres user
 SUPERUSER = "postgres"
 REPLICATION_USER = "replicator"
@@ -107,8 +122,9 @@ class Names:
         return f"{self.name}-replicas"
 
     @property
-    def ha(self) -> str:
-        return f"{self.name}-ha"
+    def agent(self) -> str:
+        """The ServiceAccount, Role and RoleBinding of the Pods' agent."""
+        return f"{self.name}-agent"
 
     @property
     def statefulset(self) -> str:
@@ -154,6 +170,10 @@ def postgresql_conf(spec: Mapping[str, Any]) -> str:
         "hot_standby = on",
         # pg_rewind needs it: a former primary rejoins as a standby without a new clone.
         "wal_log_hints = on",
+        # A standby (or primary) that is gone is noticed in seconds, not the default minute:
+        # synchronous commits wait for it that long.
+        "wal_sender_timeout = '10s'",
+        "wal_receiver_timeout = '10s'",
     ]
     if standbys_names:
         lines.append(f"synchronous_standby_names = '{standbys_names}'")
@@ -206,46 +226,12 @@ def pg_hba_conf(spec: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-STANDBY_CONNECT_TIMEOUT = 5
-"""Seconds a standby waits for one connection attempt to the primary. When pod 0 restarts it
-comes back on a new address; an attempt still aimed at the old one would otherwise hang for
-tens of seconds before the standby resolves the name again."""
-
-ENTRYPOINT = f"""#!/bin/bash
-# Pod 0 is the primary. Any other pod clones it once, then starts as a streaming standby.
-# -R writes the connection (with connect_timeout, and the pod's name as application_name,
-# which pg_stat_replication shows) into the standby's primary_conninfo.
-set -euo pipefail
-ordinal="${{HOSTNAME##*-}}"
-export PGDATA={PGDATA}
-if [ "$ordinal" != "0" ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
-  until pg_isready -q -h "$PRIMARY_HOST" -p {PORT}; do sleep 2; done
-  rm -rf "$PGDATA"
-  PGPASSWORD="$REPLICATION_PASSWORD" pg_basebackup -D "$PGDATA" -X stream -R \\
-    -d "host=$PRIMARY_HOST port={PORT} user={REPLICATION_USER} \\
-connect_timeout={STANDBY_CONNECT_TIMEOUT} application_name=$HOSTNAME"
-  chmod 0700 "$PGDATA"
-fi
-exec docker-entrypoint.sh postgres -c config_file={CONFIG_DIR}/postgresql.conf \\
-  -c hba_file={CONFIG_DIR}/pg_hba.conf
-"""
-
-INIT_REPLICATION = f"""#!/bin/bash
-# Runs once, when the primary's data directory is created (docker-entrypoint-initdb.d).
-set -euo pipefail
-psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -v pw="$REPLICATION_PASSWORD" <<'SQL'
-CREATE ROLE {REPLICATION_USER} WITH REPLICATION LOGIN PASSWORD :'pw';
-SQL
-"""
-
-
 def config_data(spec: Mapping[str, Any]) -> dict[str, str]:
     """The ConfigMap's data."""
     return {
         "postgresql.conf": postgresql_conf(spec),
         "pg_hba.conf": pg_hba_conf(spec),
-        "entrypoint.sh": ENTRYPOINT,
-        "init-replication.sh": INIT_REPLICATION,
+        "entrypoint.sh": SUPERVISOR,
     }
 
 
@@ -305,14 +291,8 @@ def headless_service(instance: Mapping[str, Any]) -> Obj:
 
 
 def primary_service(instance: Mapping[str, Any]) -> Obj:
-    """What applications write through: pod 0."""
-    name = instance["metadata"]["name"]
-    service = _role_service(instance, Names(name).primary, ROLE_PRIMARY)
-    service["spec"]["selector"] = {
-        **_selector(instance),
-        "statefulset.kubernetes.io/pod-name": f"{name}-0",
-    }
-    return service
+    """What applications write through: the Pod the failover controller labels primary."""
+    return _role_service(instance, Names(instance["metadata"]["name"]).primary, ROLE_PRIMARY)
 
 
 def replicas_service(instance: Mapping[str, Any]) -> Obj:
@@ -333,14 +313,48 @@ def _role_service(instance: Mapping[str, Any], name: str, role: str) -> Obj:
     }
 
 
-def ha_configmap(instance: Mapping[str, Any], target: str, fenced: str) -> Obj:
-    """What the Pods' entrypoints read at start: the target primary's Pod name (``pending``
-    while a failover has chosen none) and the fenced Pods (names separated by spaces)."""
+def service_account(instance: Mapping[str, Any]) -> Obj:
+    """The Pods' identity: their agent reads the instance with it (and nothing else)."""
     return {
         "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(instance, Names(instance["metadata"]["name"]).ha, "config"),
-        "data": {"target-primary": target, "fenced": fenced},
+        "kind": "ServiceAccount",
+        "metadata": _meta(instance, Names(instance["metadata"]["name"]).agent, "agent"),
+        "automountServiceAccountToken": False,
+    }
+
+
+def agent_role(instance: Mapping[str, Any]) -> Obj:
+    """``get`` on this one PostgresInstance: the agent's standing is in its status."""
+    name = instance["metadata"]["name"]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(instance, Names(name).agent, "agent"),
+        "rules": [
+            {
+                "apiGroups": [API_VERSION.split("/")[0]],
+                "resources": ["postgresinstances"],
+                "resourceNames": [name],
+                "verbs": ["get"],
+            }
+        ],
+    }
+
+
+def agent_role_binding(instance: Mapping[str, Any]) -> Obj:
+    names = Names(instance["metadata"]["name"])
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(instance, names.agent, "agent"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.agent},
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": names.agent,
+                "namespace": instance["metadata"]["namespace"],
+            }
+        ],
     }
 
 
@@ -357,16 +371,34 @@ def pod_disruption_budget(instance: Mapping[str, Any]) -> Obj | None:
 
 
 def spread_constraints(instance: Mapping[str, Any]) -> list[Obj]:
-    """Spread pods across zones and nodes. ``ScheduleAnyway``: a cluster with fewer zones
-    or nodes than replicas still runs them all (stacked), rather than leaving pods pending."""
+    """Spread pods across zones (a rule) and nodes (a preference); docs/postgres.md, "Where
+    the Pods run".
+
+    Zones: ``DoNotSchedule`` with ``maxSkew: 1``, so replicas never differ by more than one
+    per zone: one Pod per zone while there are no more replicas than zones (a soft
+    constraint is only a score among others, and a replica once placed on a local volume
+    stays there). ``nodeTaintsPolicy: Honor`` is the fallback: a zone whose nodes are all
+    tainted for the Pod (lost, not ready, cordoned, reserved) does not count, so the
+    replicas spread over the zones left instead of waiting for it. Nodes must carry the
+    ``topology.kubernetes.io/zone`` label (one zone for all is fine).
+
+    Nodes: ``ScheduleAnyway``: a cluster with fewer nodes than replicas still runs them all
+    (stacked), rather than leaving pods pending."""
+    selector = {"matchLabels": _selector(instance)}
     return [
         {
             "maxSkew": 1,
-            "topologyKey": key,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "nodeTaintsPolicy": "Honor",
+            "labelSelector": selector,
+        },
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": _selector(instance)},
-        }
-        for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
+            "labelSelector": selector,
+        },
     ]
 
 
@@ -398,21 +430,30 @@ def statefulset(
     *,
     version: str,
     image: str,
+    agent_image: str,
     claim_templates: list[Obj] | None = None,
+    replicas: int | None = None,
 ) -> Obj:
-    """The StatefulSet running ``image`` (PostgreSQL ``version``). ``claim_templates``
-    replaces the rendered ``volumeClaimTemplates`` (they are immutable once created)."""
+    """The StatefulSet running ``image`` (PostgreSQL ``version``) with the agent sidecar from
+    ``agent_image``. ``claim_templates`` replaces the rendered ``volumeClaimTemplates`` (they
+    are immutable once created); ``replicas`` (default ``spec.replicas``) is more while the
+    primary is a Pod a scale-down would remove (``instance.statefulset_replicas``)."""
     spec = instance.get("spec") or {}
     name = instance["metadata"]["name"]
     names = Names(name)
     data = config_data(spec)
     labels = labels_for(name, "database")
     tls_secret = (spec.get("tls") or {}).get("secretName")
+    shared: list[Obj] = [
+        {"name": "run", "mountPath": RUN_DIR},
+        {"name": "sockets", "mountPath": SOCKET_DIR},
+    ]
     mounts: list[Obj] = [
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "config", "mountPath": CONFIG_DIR},
-        {"name": "initdb", "mountPath": "/docker-entrypoint-initdb.d"},
+        *shared,
     ]
+    namespace_file = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
     volumes: list[Obj] = [
         {
             "name": "config",
@@ -424,11 +465,25 @@ def statefulset(
                 ],
             },
         },
+        # The agent's and the supervisor's files (the lease among them): in memory.
+        {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+        {"name": "sockets", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        # The agent's root is read-only; Python wants a temporary directory.
+        {"name": "agent-tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
+        # The agent's token, in the agent only (the postgres container has none).
         {
-            "name": "initdb",
-            "configMap": {
-                "name": names.config,
-                "items": [{"key": "init-replication.sh", "path": "init-replication.sh"}],
+            "name": "agent-token",
+            "projected": {
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                    {
+                        "configMap": {
+                            "name": "kube-root-ca.crt",
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                        }
+                    },
+                    {"downwardAPI": {"items": [namespace_file]}},
+                ]
             },
         },
     ]
@@ -437,6 +492,12 @@ def statefulset(
         # 0640, root-owned, group fsGroup: a key file mode PostgreSQL accepts.
         volumes.append({"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": 0o640}})
     probe_command = ["pg_isready", "-q", "-h", "127.0.0.1", "-p", str(PORT), "-U", SUPERUSER]
+    # The supervisor writes its heartbeat every second; it runs PostgreSQL (or keeps it down
+    # on purpose, fenced), so a server that is down is no reason to restart the container.
+    heartbeat = (
+        f"read -r beat < {RUN_DIR}/heartbeat && read -r up _ < /proc/uptime"
+        " && [ $(( ${up/./} - beat )) -lt 3000 ]"
+    )
     container: Obj = {
         "name": "postgres",
         "image": image,
@@ -446,16 +507,16 @@ def statefulset(
             _secret_env("POSTGRES_PASSWORD", names.superuser, "password"),
             _secret_env("REPLICATION_PASSWORD", names.superuser, "replication-password"),
             {"name": "PGDATA", "value": PGDATA},
-            {"name": "PRIMARY_HOST", "value": f"{name}-0.{names.headless}"},
+            {"name": "CRPY_TERM_WAIT", "value": str(SWITCHOVER_WAIT_SECONDS)},
         ],
         "ports": [{"name": "postgres", "containerPort": PORT}],
         "readinessProbe": {
             "exec": {"command": probe_command},
-            "periodSeconds": 5,
-            "failureThreshold": 3,
+            "periodSeconds": 2,
+            "failureThreshold": 2,
         },
         "livenessProbe": {
-            "exec": {"command": probe_command},
+            "exec": {"command": ["/bin/bash", "-c", heartbeat]},
             "initialDelaySeconds": 30,
             "periodSeconds": 10,
             "failureThreshold": 6,
@@ -464,6 +525,48 @@ def statefulset(
     }
     if spec.get("resources"):
         container["resources"] = spec["resources"]
+    agent_mounts = [
+        *shared,
+        {"name": "agent-tmp", "mountPath": "/tmp"},
+        {"name": "agent-token", "mountPath": TOKEN_DIR, "readOnly": True},
+    ]
+    agent: Obj = {
+        "name": "agent",
+        "image": agent_image,
+        "imagePullPolicy": "IfNotPresent",
+        # A sidecar: it starts before the postgres container and stops after it.
+        "restartPolicy": "Always",
+        "command": ["python", "-m", "controllers.postgres.agent"],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+            {"name": "CRPY_INSTANCE", "value": name},
+            {"name": "CRPY_HEADLESS", "value": names.headless},
+            {"name": "POSTGRES_USER", "value": SUPERUSER},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
+        "ports": [{"name": "agent", "containerPort": AGENT_PORT}],
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "agent"},
+            "periodSeconds": 1,
+            "failureThreshold": 120,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "agent"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": agent_mounts,
+    }
     retention = "Delete" if spec.get("deletionPolicy") == "Delete" else "Retain"
     return {
         "apiVersion": "apps/v1",
@@ -474,9 +577,10 @@ def statefulset(
         },
         "spec": {
             "serviceName": names.headless,
-            "replicas": int(spec.get("replicas", 1)),
+            "replicas": replicas if replicas is not None else int(spec.get("replicas", 1)),
             "podManagementPolicy": "OrderedReady",
-            "updateStrategy": {"type": "RollingUpdate"},
+            # The failover controller deletes the Pods of an update itself: standbys first.
+            "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": retention,
                 "whenScaled": "Retain",
@@ -491,14 +595,18 @@ def statefulset(
                     },
                 },
                 "spec": {
+                    "serviceAccountName": names.agent,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
                     "securityContext": {
                         "runAsUser": POSTGRES_UID,
                         "runAsGroup": POSTGRES_UID,
                         "fsGroup": POSTGRES_UID,
                         "runAsNonRoot": True,
                     },
-                    "terminationGracePeriodSeconds": 60,
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                     "topologySpreadConstraints": spread_constraints(instance),
+                    "initContainers": [agent],
                     "containers": [container],
                     "volumes": volumes,
                 },

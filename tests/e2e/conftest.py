@@ -1,12 +1,16 @@
-"""The end-to-end suite: one local cluster with a real node per session (`make e2e`).
+"""The end-to-end suite: one local cluster with real nodes per session (`make e2e`).
 
 The images are built (or taken from the cache) first: pause, the operator from this
 checkout's sources, PostgreSQL 15 and the S3 client. Where the machine cannot host a node
 (not root, no overlayfs, ...) every test here is skipped with that one-line reason.
 
-The session's teardown asserts that the node left nothing behind: no network namespace, no
-host end of its link, no mount under its work directory, no ``kubepods`` cgroup, and the
-kernel settings the kubelet changes back to their recorded values.
+How many nodes: tests choose. The session's cluster has 3 nodes (zones a, b, c) when a
+collected test uses the ``cluster3`` fixture, else 1; ``CRPY_E2E_NODES=N`` sets the number
+instead (a test that needs more nodes than that fails, saying so).
+
+The session's teardown asserts that the cluster left nothing behind: no network namespace, no
+host end of its link, no mount under its work directory, no node cgroup, and the kernel
+settings the kubelet changes back to their recorded values.
 
 A test whose setup or call fails gets a report section after its own message: the state of
 every namespace it used (objects, events, ``describe`` of the Pods that are not fine, every
@@ -21,8 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from controller_runtime.envtest.node import cleanup, network
-from controller_runtime.envtest.node.cluster import LocalCluster, NodeUnavailableError, preflight
+from controller_runtime.envtest.node import cleanup
+from controller_runtime.envtest.node.cluster import (
+    LocalCluster,
+    NodeUnavailableError,
+    preflight,
+)
+from controller_runtime.envtest.node.cluster import leftovers as cluster_leftovers
 from controller_runtime.envtest.node.images import (
     aws_cli_image,
     ensure_image,
@@ -70,12 +79,29 @@ def images() -> Images:
         raise
 
 
+_NODES = {"wanted": 1}
+"""How many nodes the session's cluster gets (module docs), decided at collection."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if any("cluster3" in getattr(item, "fixturenames", ()) for item in items):
+        _NODES["wanted"] = 3
+
+
+def session_nodes() -> int:
+    """The session cluster's size: ``$CRPY_E2E_NODES`` when set, else what the collected
+    tests need (module docs)."""
+    configured = os.environ.get("CRPY_E2E_NODES", "").strip()
+    return int(configured) if configured else _NODES["wanted"]
+
+
 @pytest.fixture(scope="session")
 def cluster(images: Images) -> Iterator[LocalCluster]:
     before = cleanup.record_kernel_settings()
     node = LocalCluster(
         crd_directory=None,
         images=[images.operator_archive, images.postgres_archive, images.aws_cli_archive],
+        nodes=session_nodes(),
         # The backup tests' bucket (SeaweedFS; see controller_runtime/envtest/node/s3.py).
         s3=True,
     )
@@ -86,12 +112,15 @@ def cluster(images: Images) -> Iterator[LocalCluster]:
     except Exception as err:
         _FAILED.append(str(err).splitlines()[0])
         raise
+    TIMINGS["cluster_nodes"] = len(node.all_nodes)
     TIMINGS.update({f"cluster_{k}": v for k, v in node.timings.items()})
     workdir: Path = node.workdir
     try:
         yield node
         TIMINGS.update({f"memory_mib_{k}": v for k, v in node.memory_mib().items()})
-        TIMINGS.update(kubeproxy.summary(kubeproxy.read_metrics()))
+        TIMINGS.update({f"cpu_s_{k}": v for k, v in node.cpu_seconds().items()})
+        netns = [n.addresses.netns for n in node.all_nodes]
+        TIMINGS.update(kubeproxy.summary(kubeproxy.read_metrics(netns)))
     finally:
         node.stop()
         print(f"\ne2e timings and memory: {TIMINGS}")
@@ -101,18 +130,22 @@ def cluster(images: Images) -> Iterator[LocalCluster]:
         print("kube-proxy by file:")
         for window in kubeproxy.by_file(KUBE_PROXY_WINDOWS):
             print(f"  {window.line()}")
-    leftovers = []
-    if network.exists():
-        leftovers.append(f"network namespace {network.NETNS}")
-    if Path(f"/sys/class/net/{network.HOST_VETH}").exists():
-        leftovers.append(f"interface {network.HOST_VETH}")
-    leftovers += [f"mount {m}" for m in cleanup.mounts_under(workdir)]
-    leftovers += [f"cgroup {c}" for c in cleanup.kubepods_cgroups()]
-    if workdir.exists():
-        leftovers.append(f"directory {workdir}")
+    leftovers = cluster_leftovers(workdir)
     if cleanup.record_kernel_settings() != before:
         leftovers.append(f"kernel settings {cleanup.record_kernel_settings()} != {before}")
     assert not leftovers, f"the local node left behind: {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def cluster3(cluster: LocalCluster) -> LocalCluster:
+    """The session's cluster, which has at least 3 nodes (``crpy-node-1`` .. ``-3`` in
+    ``zone-a`` .. ``zone-c``) when a collected test uses this fixture (module docs)."""
+    if len(cluster.all_nodes) < 3:
+        pytest.fail(
+            f"this test needs 3 nodes; the session's cluster has {len(cluster.all_nodes)} "
+            f"(CRPY_E2E_NODES={os.environ.get('CRPY_E2E_NODES')}): unset it or make it 3"
+        )
+    return cluster
 
 
 @pytest.fixture(scope="session")
@@ -129,10 +162,13 @@ def _kube_proxy_window(request: pytest.FixtureRequest) -> Iterator[None]:
     if "cluster" not in request.fixturenames:
         yield
         return
-    before = kubeproxy.read_metrics()
+    cluster: LocalCluster = request.getfixturevalue("cluster")
+    netns = [n.addresses.netns for n in cluster.all_nodes]
+    before = kubeproxy.read_metrics(netns)
     yield
+    after = kubeproxy.read_metrics(netns)
     KUBE_PROXY_WINDOWS.append(
-        kubeproxy.window(request.node.nodeid, before, kubeproxy.read_metrics(), os.getloadavg()[0])
+        kubeproxy.window(request.node.nodeid, before, after, os.getloadavg()[0])
     )
 
 

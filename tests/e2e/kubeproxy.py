@@ -5,8 +5,9 @@ for the whole session and for each test (:class:`Window`: what changed from befo
 to after it, with the load average), so that a whole run can be compared with one file run
 alone.
 
-kube-proxy serves its metrics on the node's loopback (``127.0.0.1:10249`` inside the node's
-network namespace), so they are read from inside that namespace.
+Each node's kube-proxy serves its metrics on the node's loopback (``127.0.0.1:10249`` inside
+the node's network namespace), so they are read from inside each node's namespace; the
+histograms of all nodes are summed.
 
 - ``kubeproxy_network_programming_duration_seconds``: from the last change of an endpoint
   (the EndpointSlice's ``endpoints.kubernetes.io/last-change-trigger-time``, set by the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller_runtime.envtest.node import network
@@ -190,18 +192,23 @@ def by_file(windows: list[Window]) -> list[Window]:
     return list(files.values())
 
 
-def read_metrics(timeout: float = 10) -> str:
-    """kube-proxy's metrics text, read inside the node's network namespace (``""`` when they
-    cannot be read: the numbers are for the record, not a test)."""
+def read_metrics(netns: Sequence[str], timeout: float = 10) -> str:
+    """The metrics text of the kube-proxy of each node in ``netns`` (their network
+    namespaces), one after the other (a node whose metrics cannot be read adds nothing:
+    the numbers are for the record, not a test)."""
     script = (
         "import sys, urllib.request\n"
         f"sys.stdout.write(urllib.request.urlopen({METRICS_URL!r}, timeout=5).read().decode())\n"
     )
-    result = subprocess.run(
-        network.in_netns([sys.executable, "-c", script]),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return result.stdout if result.returncode == 0 else ""
+    texts = []
+    for name in netns:
+        result = subprocess.run(
+            network.in_netns([sys.executable, "-c", script], name),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode == 0:
+            texts.append(result.stdout)
+    return "\n".join(texts)

@@ -95,10 +95,20 @@ def _try_psql(cluster: LocalCluster, namespace: str, ordinal: int, query: str) -
         return None
 
 
+def _primary(cluster: LocalCluster, namespace: str) -> int:
+    """The ordinal of the instance's current primary (``status.currentPrimary``)."""
+    instance = get_json(cluster, "postgresinstance", NAME, "-n", namespace)
+    current = str((instance.get("status") or {}).get("currentPrimary") or f"{NAME}-0")
+    return int(current.rsplit("-", 1)[1])
+
+
 def _replication_rows(cluster: LocalCluster, namespace: str) -> list[tuple[str, str]]:
     """(state, sync_state) of each standby connected to the primary, sorted."""
     out = _try_psql(
-        cluster, namespace, 0, "SELECT state, sync_state FROM pg_stat_replication ORDER BY 1, 2"
+        cluster,
+        namespace,
+        _primary(cluster, namespace),
+        "SELECT state, sync_state FROM pg_stat_replication ORDER BY 1, 2",
     )
     rows = [tuple(line.split("|")) for line in (out or "").splitlines() if line]
     return [(row[0], row[1]) for row in rows if len(row) == 2]
@@ -116,7 +126,7 @@ def _write_marker(cluster: LocalCluster, namespace: str) -> str:
     _psql(
         cluster,
         namespace,
-        0,
+        _primary(cluster, namespace),
         f"CREATE TABLE IF NOT EXISTS marks (v text); INSERT INTO marks VALUES ('{marker}')",
     )
     return marker
@@ -128,7 +138,8 @@ def _wait_row(cluster: LocalCluster, namespace: str, ordinal: int, marker: str) 
             _try_psql(cluster, namespace, ordinal, f"SELECT v FROM marks WHERE v = '{marker}'")
             == marker
         ),
-        f"row {marker!r} written on {namespace}/{NAME}-0 readable on pod {NAME}-{ordinal}",
+        f"row {marker!r} written on the primary of {namespace}/{NAME} readable on pod "
+        f"{NAME}-{ordinal}",
         60,
         lambda: diagnostics(cluster, namespace, f"postgresinstance {NAME}"),
     )
@@ -150,7 +161,7 @@ def test_scale_to_three_gives_two_streaming_standbys_one_synchronous(
             [state for state, _ in _replication_rows(cluster, namespace)]
             == ["streaming", "streaming"]
         ),
-        f"two standbys of {namespace}/{NAME} streaming (pg_stat_replication on pod 0)",
+        f"two standbys of {namespace}/{NAME} streaming (pg_stat_replication on the primary)",
         # 30-93 s measured: after pod 0 rolls, a standby may take a minute to reconnect.
         180,
         lambda: (
@@ -166,16 +177,18 @@ def test_scale_to_three_gives_two_streaming_standbys_one_synchronous(
         f"postgresinstance {namespace}/{NAME}: pg_stat_replication (state, sync_state) = "
         f"{rows}\n{diagnostics(cluster, namespace, f'postgresinstance {NAME}')}"
     )
-    names = _psql(cluster, namespace, 0, "SELECT application_name FROM pg_stat_replication")
-    assert sorted(names.split()) == [f"{NAME}-1", f"{NAME}-2"], (
+    primary = _primary(cluster, namespace)
+    standbys = [o for o in range(3) if o != primary]
+    names = _psql(cluster, namespace, primary, "SELECT application_name FROM pg_stat_replication")
+    assert sorted(names.split()) == [f"{NAME}-{o}" for o in standbys], (
         f"{namespace}/{NAME}: standbys should name themselves after their pods: {names!r}"
     )
-    for ordinal in (1, 2):
+    for ordinal in standbys:
         recovery = _psql(cluster, namespace, ordinal, "SELECT pg_is_in_recovery()")
         assert recovery == "t", f"{namespace}/{NAME}-{ordinal} is not a standby: {recovery!r}"
         _wait_row(cluster, namespace, ordinal, marker)
     later = _write_marker(cluster, namespace)  # written while both stream
-    for ordinal in (1, 2):
+    for ordinal in standbys:
         _wait_row(cluster, namespace, ordinal, later)
 
 

@@ -1,8 +1,8 @@
-"""Undoing what a local node leaves on the machine: its processes, mounts, cgroups and the
-kernel settings the kubelet changes. Each function touches only what is provably the node's:
-processes in its network namespace or naming its work directory, mounts under its work
-directory, the ``kubepods`` cgroups (which only a kubelet makes), the three kernel settings
-recorded before the kubelet started.
+"""Undoing what a local cluster leaves on the machine: its processes, mounts and the kernel
+settings the kubelet changes (its cgroups: :mod:`.cgroups`; its network: :mod:`.network`).
+Each function touches only what is provably the cluster's: processes naming its work
+directory, mounts under its work directory, the three kernel settings recorded before the
+first kubelet started.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from pathlib import Path
 
 KERNEL_SETTINGS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 """The kernel settings the kubelet changes on start (as kind's does)."""
-
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def record_kernel_settings() -> dict[str, str]:
@@ -48,26 +46,6 @@ def pids_naming(text: str) -> list[int]:
             ):
                 found.append(int(entry.name))
     return found
-
-
-def kubepods_cgroups() -> list[Path]:
-    """Every cgroup under ``kubepods`` in every hierarchy, deepest first."""
-    found: list[Path] = []
-    if not _CGROUP_ROOT.is_dir():
-        return found
-    for hierarchy in _CGROUP_ROOT.iterdir():
-        top = hierarchy / "kubepods"
-        if top.is_dir():
-            found += [Path(d) for d, _, _ in os.walk(top)]
-    return sorted(found, key=lambda p: len(p.parts), reverse=True)
-
-
-def pids_in_kubepods() -> list[int]:
-    pids: set[int] = set()
-    for cgroup in kubepods_cgroups():
-        with contextlib.suppress(OSError):
-            pids.update(int(p) for p in (cgroup / "cgroup.procs").read_text().split())
-    return sorted(pids)
 
 
 def kill_all(pids: list[int], grace: float = 5.0) -> None:
@@ -118,18 +96,6 @@ def unmount_all(directory: Path) -> list[str]:
         for point in points:
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
     problems = [f"still mounted: {point}" for point in mounts_under(directory)]
-    return problems
-
-
-def remove_kubepods_cgroups() -> list[str]:
-    problems = []
-    for cgroup in kubepods_cgroups():
-        try:
-            cgroup.rmdir()
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            problems.append(f"cgroup {cgroup}: {err}")
     return problems
 
 

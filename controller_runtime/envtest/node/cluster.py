@@ -1,32 +1,45 @@
-"""A single-node Kubernetes cluster on this machine, like kind without Docker.
+"""A Kubernetes cluster of one or more nodes on this machine, like kind without Docker.
 
 :class:`LocalCluster` starts the local control plane (etcd + kube-apiserver, see
-:mod:`controller_runtime.envtest.controlplane`) on the host end of the node's link, then
-containerd, the kubelet, kube-proxy and CoreDNS inside the node's network namespace (see
-:mod:`.network`) and kube-controller-manager and kube-scheduler beside the API server.
+:mod:`controller_runtime.envtest.controlplane`) on the host's end of the cluster's link, then
+for each node (:mod:`.worker`) containerd, the kubelet and kube-proxy inside the node's own
+network namespace (see :mod:`.network`), CoreDNS on the link, and kube-controller-manager and
+kube-scheduler beside the API server.
+
+Nodes: ``nodes`` (default 1) named ``crpy-node-1`` ... ``crpy-node-<n>``, labelled
+``kubernetes.io/hostname`` (their name) and ``topology.kubernetes.io/zone`` (``zone-a``,
+``zone-b``, ``zone-c`` in turn); each has a Pod range of its own (node ``i``:
+``172.30.<i-1>.0/24``), routes to every other node's, and its own local PersistentVolumes
+(whose ``nodeAffinity`` names it). :meth:`LocalCluster.node` gives a node's handle, with the
+faults a test can inject (lose it, partition it, bring it back: :mod:`.worker`).
+kube-controller-manager marks a node that stopped reporting ``Ready=Unknown`` after
+``--node-monitor-grace-period`` =
+:data:`~controller_runtime.envtest.node.configs.NODE_MONITOR_GRACE_SECONDS` (20 s).
 
 Guarantees:
 
 * Refuses to start, with one line saying why (:class:`NodeUnavailableError`), where the machine
-  cannot host a node: not root, no overlayfs, a missing tool, another node already running.
+  cannot host a node: not root, no overlayfs, a missing tool, another cluster already running.
 * :meth:`LocalCluster.stop` (also run when :meth:`start` fails, and by the context manager on
-  any exception, KeyboardInterrupt included) removes everything the node made: processes
-  (its own, every container, every shim), mounts under its work directory, the ``kubepods``
-  cgroups, the network namespace with its bridge and iptables chains, the host end of the
-  link, the work directory; and puts back the kernel settings the kubelet changes. A run
-  killed with SIGKILL leaves its state file behind: the next start cleans up after it first.
-* Network containment: only loopback, the link and the namespace carry traffic; Pods have no
-  default route and CoreDNS no upstream.
+  any exception, KeyboardInterrupt included) removes everything the cluster made, for every
+  node: processes (its own, every container, every shim), mounts under its work directory,
+  the nodes' cgroup trees (thawed first), the network namespaces with their bridges and
+  iptables chains, the host end of the link, the work directory; and puts back the kernel
+  settings the kubelet changes. A run killed with SIGKILL leaves its state file behind: the
+  next start cleans up after it first.
+* Network containment: only loopback, the link and the namespaces carry traffic; Pods have no
+  default route, nodes do not masquerade, CoreDNS has no upstream.
 * Images: the pause image always; ``images`` (OCI archives, see :mod:`.images`) are imported
-  into containerd's ``k8s.io`` namespace at start.
+  into every node's containerd (namespace ``k8s.io``) at start.
 
-Caveats: one node per machine (a lock says who holds it). Each control-plane component talks
-to the API server with a client certificate of its own; the kubelet's serving certificate is
-self-signed (the API server does not verify it, as in kind).
+Caveats: one cluster per machine (a lock says who holds it). Each control-plane component
+talks to the API server with a client certificate of its own; the kubelets' serving
+certificates are self-signed (the API server does not verify them, as in kind).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import json
@@ -48,10 +61,11 @@ from controller_runtime.envtest.controlplane import (
     ControlPlaneError,
     _Process,
 )
-from controller_runtime.envtest.node import cleanup, configs, network
+from controller_runtime.envtest.node import cgroups, cleanup, configs, network
 from controller_runtime.envtest.node import s3 as s3_server
 from controller_runtime.envtest.node.builds import NodeBinaries, find_node_binaries
 from controller_runtime.envtest.node.images import PAUSE_IMAGE, ensure_image, pause_image
+from controller_runtime.envtest.node.worker import WorkerNode
 
 _STATE_DIR = Path("/var/lib/crpy-node")
 """Where the running node records its work directory and the kernel settings to restore."""
@@ -95,18 +109,21 @@ def _which(tool: str) -> str | None:
 
 @dataclass
 class LocalCluster:
-    """The control plane plus one node. Use as a context manager, or :meth:`start` /
-    :meth:`stop`. ``images`` are OCI archives imported at start. Default start timeout 180 s
-    (binaries and images are built first when missing, which is not counted). Storage:
-    ``volumes`` (32) hostPath PersistentVolumes of ``volume_size`` (20Gi, not enforced) in
-    the work directory, behind the default StorageClass ``local``. ``s3=True`` also runs
-    an S3 server (SeaweedFS, see :mod:`.s3`) in the node's namespace; :attr:`s3_endpoint`
-    says where it is and holds its generated credentials."""
+    """The control plane plus ``nodes`` nodes (default 1; see the module docs). Use as a
+    context manager, or :meth:`start` / :meth:`stop`. ``images`` are OCI archives imported
+    into every node at start. Default start timeout 180 s (binaries and images are built
+    first when missing, which is not counted). Storage: ``volumes`` (32) hostPath
+    PersistentVolumes per node of ``volume_size`` (20Gi, not enforced) in the work
+    directory, each bound to its node by ``nodeAffinity``, behind the default StorageClass
+    ``local`` (``WaitForFirstConsumer``). ``s3=True`` also runs an S3 server (SeaweedFS, see
+    :mod:`.s3`) on the cluster's link; :attr:`s3_endpoint` says where it is and holds its
+    generated credentials."""
 
     images: Sequence[Path] = ()
     crd_directory: Path | None = DEFAULT_CRD_DIRECTORY
     start_timeout: float = 180.0
     progress: Progress = _stderr
+    nodes: int = 1
     addresses: configs.Addresses = field(default_factory=configs.Addresses)
     volumes: int = 32
     volume_size: str = "20Gi"
@@ -118,6 +135,7 @@ class LocalCluster:
     timings: dict[str, float] = field(init=False, default_factory=dict)
     s3_endpoint: s3_server.S3Endpoint | None = field(init=False, default=None)
     _processes: list[_Process] = field(init=False, default_factory=list)
+    _workers: list[WorkerNode] = field(init=False, default_factory=list)
     _lock_file: IO[str] | None = field(init=False, default=None)
     _kernel: dict[str, str] = field(init=False, default_factory=dict)
     _binaries: NodeBinaries | None = field(init=False, default=None)
@@ -133,6 +151,7 @@ class LocalCluster:
 
     def start(self) -> None:
         preflight()
+        self.addresses.nodes(self.nodes)  # refuses a count the plan has no room for
         self._binaries = find_node_binaries(s3=self.s3, progress=self.progress)
         pause_spec, pause_binary = pause_image(self._binaries["pause"])
         pause_archive = ensure_image(pause_spec, progress=self.progress, single_file=pause_binary)
@@ -145,14 +164,15 @@ class LocalCluster:
             raise
         self.timings["ready"] = time.monotonic() - started
 
-    # The node's start-up steps, in the order they must run; one script reads best whole.
-    def _start(self, pause_archive: Path, started: float) -> None:  # noqa: PLR0915
+    # The cluster's start-up steps, in the order they must run; one script reads best whole.
+    def _start(self, pause_archive: Path, started: float) -> None:
         assert self._binaries is not None
         addr = self.addresses
+        plans = addr.nodes(self.nodes)
         self.workdir = Path(tempfile.mkdtemp(prefix="crpy-node-", dir="/var/tmp"))
         self._kernel = cleanup.record_kernel_settings()
         self._write_state()
-        network.set_up(addr)
+        network.set_up(addr, plans)
         # Never USE_EXISTING_CLUSTER's cluster: this is the cluster such a run may be aimed at.
         self.plane = ControlPlane(
             crd_directory=self.crd_directory, node_address=addr.host, existing_cluster=False
@@ -161,88 +181,42 @@ class LocalCluster:
         self.kubeconfig = self.plane.kubeconfig
         pki = self.plane.workdir / "pki"
         self.timings["control_plane"] = time.monotonic() - started
-
         bins = self._binaries
-        containerd_dir = self.workdir / "containerd"
-        containerd_dir.mkdir()
-        cni_dir = self.workdir / "cni"
-        cni_dir.mkdir()
-        (cni_dir / "10-crpy.conflist").write_text(configs.cni_conflist(addr))
         runc = _which("runc") or "runc"
-        config = self.workdir / "containerd.toml"
-        config.write_text(configs.containerd_toml(self.workdir, cni_dir, PAUSE_IMAGE, runc))
-        socket = containerd_dir / "containerd.sock"
-        path_env = f"{bins['containerd'].parent}:/usr/sbin:/usr/bin:/sbin:/bin"
-        self._spawn(
+        for plan in plans:
+            worker = WorkerNode(plan, addr, self.workdir / plan.name, bins, self.kubectl)
+            self._workers.append(worker)
+            worker.start_containerd(PAUSE_IMAGE, runc)
+        self._wait(
+            lambda: all(w.socket.exists() for w in self._workers),
+            "containerd's socket",
             "containerd",
-            network.in_netns(
-                ["env", f"PATH={path_env}", str(bins["containerd"]), f"--config={config}"]
-            ),
         )
-        self._wait(socket.exists, "containerd's socket", "containerd")
-        for archive in (pause_archive, *self.images):
-            self.import_image(archive)
+        # Imported before any kubelet starts: importing beside the starting components made
+        # a one-node start slower, not faster, on a loaded 2-core machine.
+        self._import_everywhere([pause_archive, *self.images])
         self.timings["containerd"] = time.monotonic() - started
+        self._start_nodes(pki)
+        self.timings["node_ready"] = time.monotonic() - started
+        self._wait(self._dns_ready, "CoreDNS ready", "coredns")
+        self.timings["dns_ready"] = time.monotonic() - started
+        if self.s3:
+            self._start_s3(started)
 
+    def _start_nodes(self, pki: Path) -> None:
+        """The kubelets, the controllers beside the API server, kube-proxy, CoreDNS and the
+        volumes; returns once every node is Ready."""
+        assert self._binaries is not None
+        bins = self._binaries
+        addr = self.addresses
         ca_file = pki / "ca.crt"
-        kubelet_id = self.plane.mint_identity(f"system:node:{addr.node_name}", ["system:nodes"])
-        resolv = self.workdir / "resolv.conf"
-        resolv.write_text("# no upstream: the node's Pods resolve cluster names only\n")
-        kubelet_config = self.workdir / "kubelet.yaml"
-        kubelet_config.write_text(
-            configs.kubelet_config(addr, socket, ca_file, resolv, self.workdir / "pod-logs")
-        )
-        self._spawn(
-            "kubelet",
-            network.in_netns(
-                [
-                    str(bins["kubelet"]),
-                    f"--config={kubelet_config}",
-                    f"--kubeconfig={kubelet_id.kubeconfig}",
-                    f"--root-dir={self.workdir / 'kubelet'}",
-                    f"--cert-dir={self.workdir / 'kubelet-pki'}",
-                    f"--hostname-override={addr.node_name}",
-                    f"--node-ip={addr.node}",
-                    "--v=1",
-                ]
-            ),
-            env={"PATH": path_env},
-        )
-        kcm_id = self.plane.mint_identity("system:kube-controller-manager")
-        self._spawn(
-            "kube-controller-manager",
-            [
-                str(bins["kube-controller-manager"]),
-                f"--kubeconfig={kcm_id.kubeconfig}",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                f"--root-ca-file={ca_file}",
-                "--use-service-account-credentials=true",
-                "--leader-elect=false",
-                "--secure-port=0",
-                "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
-                "--concurrent-gc-syncs=5",
-                "--v=1",
-            ],
-        )
-        scheduler_id = self.plane.mint_identity("system:kube-scheduler")
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(bins["kube-scheduler"]),
-                f"--kubeconfig={scheduler_id.kubeconfig}",
-                "--leader-elect=false",
-                "--secure-port=0",
-                "--v=1",
-            ],
-        )
+        for worker in self._workers:
+            identity = self.plane.mint_identity(f"system:node:{worker.name}", ["system:nodes"])
+            worker.start_kubelet(identity.kubeconfig, ca_file)
+        self._start_control_plane_controllers(pki, ca_file)
         proxy_id = self.plane.mint_identity("system:kube-proxy")
-        proxy_config = self.workdir / "kube-proxy.yaml"
-        proxy_config.write_text(configs.kube_proxy_config(addr, proxy_id.kubeconfig))
-        self._spawn(
-            "kube-proxy",
-            network.in_netns([str(bins["kube-proxy"]), f"--config={proxy_config}", "--v=1"]),
-            env={"PATH": path_env},
-        )
+        for worker in self._workers:
+            worker.start_kube_proxy(proxy_id.kubeconfig)
         rbac = self.workdir / "coredns-rbac.yaml"
         rbac.write_text(configs.COREDNS_RBAC)
         self.plane.kubectl("apply", "-f", str(rbac))
@@ -251,25 +225,69 @@ class LocalCluster:
         corefile.write_text(configs.corefile(addr, coredns_id.kubeconfig))
         self._spawn(
             "coredns",
-            network.in_netns([str(bins["coredns"]), "-conf", str(corefile)]),
+            network.in_netns([str(bins["coredns"]), "-conf", str(corefile)], network.LINK_NETNS),
         )
-        volumes = self.workdir / "volumes"
-        for number in range(self.volumes):
-            directory = volumes / f"local-{number:02d}"
-            directory.mkdir(parents=True)
-            directory.chmod(0o777)
+        directories = {}
+        for worker in self._workers:
+            directory = directories[worker.name] = worker.workdir / "volumes"
+            for number in range(self.volumes):
+                (directory / f"{number:02d}").mkdir(parents=True)
+                (directory / f"{number:02d}").chmod(0o777)
         volume_manifest = self.workdir / "volumes.yaml"
-        volume_manifest.write_text(configs.local_volumes(volumes, self.volumes, self.volume_size))
+        volume_manifest.write_text(
+            configs.local_volumes(directories, self.volumes, self.volume_size)
+        )
         self.plane.kubectl("apply", "-f", str(volume_manifest))
-        self._wait(self._node_ready, f"node {addr.node_name} Ready", "kubelet")
-        self.timings["node_ready"] = time.monotonic() - started
-        self._wait(self._dns_ready, "CoreDNS ready", "coredns")
-        self.timings["dns_ready"] = time.monotonic() - started
-        if self.s3:
-            self._start_s3(started)
+        self._wait(self._nodes_ready, "every node Ready", "kubelet")
+
+    def _start_control_plane_controllers(self, pki: Path, ca_file: Path) -> None:
+        """kube-controller-manager (node monitoring as the module docs say) and
+        kube-scheduler, beside the API server."""
+        assert self._binaries is not None
+        kcm_id = self.plane.mint_identity("system:kube-controller-manager")
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self._binaries["kube-controller-manager"]),
+                f"--kubeconfig={kcm_id.kubeconfig}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={ca_file}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+                "--concurrent-gc-syncs=5",
+                f"--node-monitor-grace-period={configs.NODE_MONITOR_GRACE_SECONDS}s",
+                f"--node-monitor-period={configs.NODE_MONITOR_PERIOD_SECONDS}s",
+                "--v=1",
+            ],
+        )
+        scheduler_id = self.plane.mint_identity("system:kube-scheduler")
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self._binaries["kube-scheduler"]),
+                f"--kubeconfig={scheduler_id.kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--v=1",
+            ],
+        )
+
+    def _import_everywhere(self, archives: Sequence[Path | str]) -> None:
+        """Every archive into every node, the nodes side by side (each import is a ``ctr``
+        process; nothing here starts a long-lived one, so threads are safe)."""
+
+        def import_all(worker: WorkerNode) -> None:
+            for archive in archives:
+                worker.import_image(archive)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(self._workers)) as pool:
+            for future in [pool.submit(import_all, worker) for worker in self._workers]:
+                future.result()
 
     def _start_s3(self, started: float) -> None:
-        """SeaweedFS in the node's namespace on the node's address, and the Service Pods use
+        """SeaweedFS in the link's namespace on its shared address, and the Service Pods use
         to reach it; returns once a signed listing of the bucket succeeds."""
         assert self._binaries is not None
         addr = self.addresses
@@ -278,11 +296,11 @@ class LocalCluster:
         credentials = s3_server.S3Credentials.generate()
         credentials_file = s3_server.write_config(directory, credentials)
         command = s3_server.weed_command(
-            self._binaries["weed"], directory, addr.node, s3_server.DEFAULT_BUCKET
+            self._binaries["weed"], directory, addr.infra, s3_server.DEFAULT_BUCKET
         )
-        self._spawn("seaweedfs", network.in_netns(command))
+        self._spawn("seaweedfs", network.in_netns(command, network.LINK_NETNS))
         endpoint = s3_server.S3Endpoint(
-            url=f"http://{addr.node}:{s3_server.S3_PORT}",
+            url=f"http://{addr.infra}:{s3_server.S3_PORT}",
             cluster_url=s3_server.cluster_url(),
             bucket=s3_server.DEFAULT_BUCKET,
             credentials=credentials,
@@ -294,73 +312,45 @@ class LocalCluster:
             f"S3 server serving bucket {endpoint.bucket}",
             "seaweedfs",
         )
-        self.kubectl("apply", "-f", "-", input_text=s3_server.service_manifest(addr.node))
+        self.kubectl("apply", "-f", "-", input_text=s3_server.service_manifest(addr.infra))
         self.s3_endpoint = endpoint
         self.timings["s3_start"] = time.monotonic() - begun
         self.timings["s3_ready"] = time.monotonic() - started
 
-    def import_image(self, archive: Path) -> None:
-        """Load an OCI archive into containerd's ``k8s.io`` namespace (what the kubelet sees)."""
-        assert self._binaries is not None
-        socket = self.workdir / "containerd" / "containerd.sock"
-        result = subprocess.run(
-            [
-                str(self._binaries["ctr"]),
-                f"--address={socket}",
-                "-n",
-                "k8s.io",
-                "images",
-                "import",
-                "--local",
-                str(archive),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise NodeError(f"importing image {archive.name} failed: {result.stderr.strip()}")
+    def import_image(self, archive: Path | str) -> None:
+        """Load an OCI archive into every node's containerd (namespace ``k8s.io``, what the
+        kubelets see)."""
+        self._import_everywhere([archive])
 
     def tag_image(self, source: str, target: str) -> None:
-        """Give an image already in containerd's ``k8s.io`` namespace another name (full
-        references, e.g. ``docker.io/library/x:1``), as ``ctr images tag`` does: a new tag
-        without a rebuild or a registry."""
-        assert self._binaries is not None
-        socket = self.workdir / "containerd" / "containerd.sock"
-        result = subprocess.run(
-            [
-                str(self._binaries["ctr"]),
-                f"--address={socket}",
-                "-n",
-                "k8s.io",
-                "images",
-                "tag",
-                "--force",
-                source,
-                target,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise NodeError(f"tagging image {source} as {target} failed: {result.stderr.strip()}")
+        """Give an image already in every node's containerd another name (full references,
+        e.g. ``docker.io/library/x:1``), as ``ctr images tag`` does: a new tag without a
+        rebuild or a registry."""
+        for worker in self._workers:
+            worker.tag_image(source, target)
 
-    def _node_ready(self) -> bool:
-        out = self.plane.kubectl(
-            "get",
-            "node",
-            self.addresses.node_name,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
-            check=False,
-        )
-        return out.strip() == "True"
+    # -- nodes ----------------------------------------------------------------------------
+
+    def node(self, name: str) -> WorkerNode:
+        """The node called ``name`` (``crpy-node-1`` ...): its addresses, zone and faults."""
+        for worker in self._workers:
+            if worker.name == name:
+                return worker
+        known = ", ".join(w.name for w in self._workers) or "none yet"
+        raise KeyError(f"no node {name!r} in this cluster (nodes: {known})")
+
+    @property
+    def all_nodes(self) -> tuple[WorkerNode, ...]:
+        """Every node, in order (``crpy-node-1`` first)."""
+        return tuple(self._workers)
+
+    def _nodes_ready(self) -> bool:
+        return all(worker.ready() == "True" for worker in self._workers)
 
     def _dns_ready(self) -> bool:
         try:
             with urllib.request.urlopen(
-                f"http://{self.addresses.node}:8181/ready", timeout=2
+                f"http://{self.addresses.infra}:8181/ready", timeout=2
             ) as response:
                 return int(response.status) == 200
         except OSError:
@@ -373,11 +363,16 @@ class LocalCluster:
         process.start()
         self._processes.append(process)
 
+    def _every_process(self) -> list[_Process]:
+        return [*self._processes, *(p for w in self._workers for p in w.processes.values())]
+
     def _wait(self, check: object, what: str, component: str) -> None:
+        """Poll ``check`` until true; fail at once when a process of the cluster exits, and
+        after the start timeout with the last lines of ``component``'s log (every node's)."""
         assert callable(check)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
-            for process in self._processes:
+            for process in self._every_process():
                 if not process.running():
                     raise NodeError(
                         f"{process.name} exited while waiting for {what}; last lines of its "
@@ -386,10 +381,14 @@ class LocalCluster:
             if check():
                 return
             time.sleep(0.2)
-        tail = next((p.log_tail() for p in self._processes if p.name == component), "")
+        tails = [
+            f"--- {p.name}\n{p.log_tail()}"
+            for p in self._every_process()
+            if p.name == component or p.name.endswith(f"/{component}")
+        ]
         raise NodeError(
             f"{what} not reached after {self.start_timeout:.0f}s; last lines of {component}'s "
-            f"log:\n{tail}"
+            f"log:\n" + "\n".join(tails)
         )
 
     # -- access ---------------------------------------------------------------------------
@@ -415,33 +414,57 @@ class LocalCluster:
         return result.stdout
 
     def memory_mib(self) -> dict[str, float]:
-        """Resident memory of the node's infrastructure processes (MiB, by component), shims
-        included; containers excluded."""
+        """Resident memory of the cluster's infrastructure processes (MiB, by process: a
+        node's are named ``<node>/<component>``), shims included (``<node>/shims``) and
+        ``total``; containers excluded."""
         usage: dict[str, float] = {}
-        pids = {p.name: p.popen.pid for p in self._processes if p.popen is not None}
+        pids = {p.name: p.popen.pid for p in self._every_process() if p.popen is not None}
         pids.update(zip(("etcd", "kube-apiserver"), self.plane.pids(), strict=False))
         for name, pid in pids.items():
             usage[name] = _rss_mib(pid)
-        shims = [pid for pid in network.pids_in_netns() if _is_shim(pid)]
-        usage["shims"] = sum(_rss_mib(pid) for pid in shims)
+        for worker in self._workers:
+            shims = [pid for pid in network.pids_in_netns(worker.addresses.netns) if _is_shim(pid)]
+            usage[f"{worker.name}/shims"] = sum(_rss_mib(pid) for pid in shims)
+        usage["total"] = sum(usage.values())
         return usage
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system, seconds) the cluster's infrastructure processes have used
+        so far, by process as in :meth:`memory_mib`, and ``total``."""
+        used: dict[str, float] = {}
+        pids = {p.name: p.popen.pid for p in self._every_process() if p.popen is not None}
+        pids.update(zip(("etcd", "kube-apiserver"), self.plane.pids(), strict=False))
+        for name, pid in pids.items():
+            used[name] = _cpu_seconds(pid)
+        used["total"] = sum(used.values())
+        return used
+
     def logs(self, component: str, lines: int = 40) -> str:
-        for process in self._processes:
+        """The last lines of a process's log: ``coredns``, ``kube-scheduler`` ..., or a
+        node's ``crpy-node-1/kubelet`` (a bare node component is the first node's)."""
+        for process in self._every_process():
             if process.name == component:
+                return process.log_tail(lines)
+        for process in self._every_process():
+            if process.name.endswith(f"/{component}"):
                 return process.log_tail(lines)
         return ""
 
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Remove everything the node made; safe to call twice. Raises :class:`NodeError`
-        listing what could not be removed."""
+        """Remove everything the cluster made, on every node; safe to call twice. Raises
+        :class:`NodeError` listing what could not be removed."""
         problems: list[str] = []
+        # A frozen process (a lost node's) cannot stop: thaw before anything is stopped.
+        cgroups.thaw_all()
         for process in reversed(self._processes):
             with contextlib.suppress(Exception):
                 process.stop(timeout=10)
         self._processes.clear()
+        for worker in reversed(self._workers):
+            worker.stop()
+        self._workers.clear()
         if hasattr(self, "workdir"):
             problems += _clean_up(self.workdir, self._kernel)
         if hasattr(self, "plane"):
@@ -484,12 +507,13 @@ class LocalCluster:
 
 def _clean_up(workdir: Path, kernel: dict[str, str]) -> list[str]:
     problems: list[str] = []
+    cgroups.thaw_all()
     cleanup.kill_all(network.pids_in_netns(), grace=5)
-    cleanup.kill_all(cleanup.pids_in_kubepods(), grace=2)
+    cleanup.kill_all(cgroups.pids_under(), grace=2)
     cleanup.kill_all(cleanup.pids_naming(str(workdir)), grace=2)
     problems += cleanup.unmount_all(workdir)
     cleanup.remove_links_into(Path("/var/log/containers"), workdir)
-    problems += cleanup.remove_kubepods_cgroups()
+    problems += cgroups.remove()
     problems += network.tear_down()
     problems += cleanup.restore_kernel_settings(kernel)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -498,15 +522,28 @@ def _clean_up(workdir: Path, kernel: dict[str, str]) -> list[str]:
     return problems
 
 
+def leftovers(workdir: Path | None = None) -> list[str]:
+    """What a cluster leaves on the machine (empty after a clean stop): network namespaces,
+    the host end of the link, node cgroups, and mounts under and the work directory
+    ``workdir`` itself when given."""
+    found = network.leftovers()
+    found += [f"cgroup {c}" for c in cgroups.trees()]
+    if workdir is not None:
+        found += [f"mount {m}" for m in cleanup.mounts_under(workdir)]
+        if workdir.exists():
+            found.append(f"directory {workdir}")
+    return found
+
+
 def _clean_up_stale(progress: Progress) -> None:
     """After a run that was killed: undo what its state file names."""
     state_file = _STATE_DIR / "state.json"
     stale: dict[str, object] = {}
     with contextlib.suppress(OSError, ValueError):
         stale = json.loads(state_file.read_text())
-    if not stale and not network.exists():
+    if not stale and not network.exists() and not cgroups.trees():
         return
-    progress("cleaning up after a local node that did not stop cleanly")
+    progress("cleaning up after a local cluster that did not stop cleanly")
     workdir = Path(str(stale.get("workdir", "/nonexistent-crpy-node")))
     kernel = stale.get("kernel")
     problems = _clean_up(workdir, dict(kernel) if isinstance(kernel, dict) else {})
@@ -523,6 +560,14 @@ def _rss_mib(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _is_shim(pid: int) -> bool:

@@ -1,41 +1,100 @@
-"""The configuration files of the local node's components, rendered from its addresses
-(pure functions: no file or process is touched here).
+"""The configuration files of the local cluster's components, rendered from its network
+plan (pure functions: no file or process is touched here).
 
 The settings without which no Pod starts on a machine of this kind (cgroup v1, no
 CAP_SYS_RESOURCE) are here: containerd's ``restrict_oom_score_adj`` and ``disable_apparmor``,
 runc without systemd cgroups, the kubelet's ``failCgroupV1: false`` / ``cgroupfs`` /
 ``failSwapOn: false`` and low eviction thresholds. The CNI configuration gives Pods no
-default route (only the service range and the node link) and no masquerading; CoreDNS has no
-upstream (no ``forward`` plugin is even built).
+default route (only the cluster's Pod range, the service range and the link) and no
+masquerading; CoreDNS has no upstream (no ``forward`` plugin is even built).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+ZONES = ("zone-a", "zone-b", "zone-c")
+"""The zones the nodes are labelled with (``topology.kubernetes.io/zone``), in turn."""
+
+MAX_NODES = 16
+"""The most nodes one cluster may have (each takes a /24 of the Pod range)."""
+
+
+@dataclass(frozen=True)
+class NodeAddresses:
+    """One node's share of the plan: its name (also its network namespace's and its cgroup
+    root's), zone, address on the cluster's link, and the /24 its Pods get."""
+
+    name: str
+    zone: str
+    address: str
+    pod_cidr: str
+    pod_gateway: str
+    bridge: str = "crpy0"
+    """The Pods' bridge inside the node's namespace (each node has its own)."""
+
+    @property
+    def netns(self) -> str:
+        return self.name
+
+    @property
+    def cgroup_root(self) -> str:
+        """The kubelet's ``cgroupRoot``: each node's Pods live under a tree of their own."""
+        return f"/{self.name}"
+
 
 @dataclass(frozen=True)
 class Addresses:
-    """The node's network plan. Defaults: a /30 link between the host and the node's network
-    namespace, Pods in a /24 behind a bridge, the control plane's service range."""
+    """The cluster's network plan. Defaults: one link (a bridge the cluster makes) joining
+    the host (``host``, where the API server listens), every node (``link_cidr``'s
+    addresses after the host's: node 1 is ``172.30.255.2``) and the cluster's own services
+    (``infra``: CoreDNS and the S3 server); each node's Pods in the /24 number ``i - 1`` of
+    ``pod_cidr`` (node 1: ``172.30.0.0/24``); the control plane's service range."""
 
     host: str = "172.30.255.1"
-    node: str = "172.30.255.2"
-    link_cidr: str = "172.30.255.0/30"
-    pod_cidr: str = "172.30.0.0/24"
-    pod_gateway: str = "172.30.0.1"
+    infra: str = "172.30.255.254"
+    link_cidr: str = "172.30.255.0/24"
+    pod_cidr: str = "172.30.0.0/17"
     service_cidr: str = "10.0.0.0/24"
-    bridge: str = "crpy0"
-    node_name: str = "crpy-node"
+    node_prefix: str = "crpy-node"
+    zones: tuple[str, ...] = ZONES
+
+    def node(self, index: int) -> NodeAddresses:
+        """Node ``index`` (1-based): ``crpy-node-<index>`` in zone ``zones[(index - 1) %
+        len(zones)]``."""
+        if not 1 <= index <= MAX_NODES:
+            raise ValueError(f"a local cluster has 1 to {MAX_NODES} nodes, not {index}")
+        link = ipaddress.IPv4Network(self.link_cidr)
+        pods = list(ipaddress.IPv4Network(self.pod_cidr).subnets(new_prefix=24))
+        if index + 1 >= link.num_addresses - 1 or index > len(pods):
+            raise ValueError(
+                f"the plan {self.link_cidr}/{self.pod_cidr} has no room for node {index}"
+            )
+        pod_cidr = pods[index - 1]
+        return NodeAddresses(
+            name=f"{self.node_prefix}-{index}",
+            zone=self.zones[(index - 1) % len(self.zones)],
+            address=str(link.network_address + 1 + index),
+            pod_cidr=str(pod_cidr),
+            pod_gateway=str(pod_cidr.network_address + 1),
+        )
+
+    def nodes(self, count: int) -> list[NodeAddresses]:
+        return [self.node(index) for index in range(1, count + 1)]
+
+    @property
+    def link_prefix(self) -> int:
+        return ipaddress.IPv4Network(self.link_cidr).prefixlen
 
 
 def containerd_toml(workdir: Path, cni_conf_dir: Path, sandbox_image: str, runc: str) -> str:
     """containerd 2.x (config version 3): state under ``workdir``, the CRI plugin with the
-    settings this machine needs."""
+    settings this machine needs, nothing shared with another node's containerd (NRI off)."""
     root = workdir / "containerd"
     cri = "plugins.'io.containerd.cri.v1.runtime'"
     return f"""version = 3
@@ -84,26 +143,37 @@ state = "{root / "state"}"
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+
+# NRI's socket is one path per machine (/var/run/nri/nri.sock): a second node's containerd
+# would take it from the first. No NRI plugin is used.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
 """
 
 
-def cni_conflist(addresses: Addresses) -> str:
-    """A bridge network with host-local IPAM. Routes: the service range and the node link
-    only, so a Pod has no way out of the node; ``ipMasq`` off."""
+def cni_conflist(addresses: Addresses, node: NodeAddresses, ipam_dir: Path) -> str:
+    """A bridge network with host-local IPAM over the node's /24 (its allocations kept in
+    ``ipam_dir``, the node's own). Routes: every node's Pods, the service range and the
+    cluster's link only, so a Pod has no way out of the cluster; ``ipMasq`` off."""
     config = {
         "cniVersion": "1.0.0",
         "name": "crpy-pods",
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": addresses.bridge,
+                "bridge": node.bridge,
                 "isGateway": True,
                 "ipMasq": False,
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": addresses.pod_cidr, "gateway": addresses.pod_gateway}]],
-                    "routes": [{"dst": addresses.service_cidr}, {"dst": addresses.link_cidr}],
+                    "dataDir": str(ipam_dir),
+                    "ranges": [[{"subnet": node.pod_cidr, "gateway": node.pod_gateway}]],
+                    "routes": [
+                        {"dst": addresses.pod_cidr},
+                        {"dst": addresses.service_cidr},
+                        {"dst": addresses.link_cidr},
+                    ],
                 },
             },
             {"type": "portmap", "capabilities": {"portMappings": True}},
@@ -112,24 +182,43 @@ def cni_conflist(addresses: Addresses) -> str:
     return json.dumps(config, indent=2)
 
 
+NODE_LEASE_SECONDS = 20
+"""The kubelet's ``nodeLeaseDurationSeconds``: it renews its Lease every quarter of it
+(5 s), four renewals per :data:`NODE_MONITOR_GRACE_SECONDS`."""
+
+NODE_MONITOR_GRACE_SECONDS = 20
+"""kube-controller-manager's ``--node-monitor-grace-period``: a node whose kubelet has not
+renewed its Lease (nor posted its status) for this long is marked ``Ready=Unknown``. The
+upstream default is 50 s; 20 s lets node-loss tests finish in under a minute."""
+
+NODE_MONITOR_PERIOD_SECONDS = 5
+"""kube-controller-manager's ``--node-monitor-period`` (upstream default): how often it
+checks the nodes, so ``Ready=Unknown`` comes at most this much after the grace period."""
+
+
 def kubelet_config(
     addresses: Addresses,
+    node: NodeAddresses,
+    *,
     containerd_socket: Path,
     ca_file: Path,
     resolv_conf: Path,
     pod_logs: Path,
 ) -> str:
-    """The kubelet's configuration: cgroup v1 with cgroupfs, swap tolerated, low eviction
-    thresholds (a small disk must not evict the test's Pods), client certificates checked
-    against the cluster CA and requests authorized by the API server."""
+    """The kubelet's configuration: cgroup v1 with cgroupfs under the node's own
+    ``cgroupRoot``, swap tolerated, low eviction thresholds (a small disk must not evict the
+    test's Pods), client certificates checked against the cluster CA and requests authorized
+    by the API server, CoreDNS at the cluster's ``infra`` address, a Lease of
+    :data:`NODE_LEASE_SECONDS`."""
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
+        "cgroupRoot": node.cgroup_root,
         "failSwapOn": False,
         "containerRuntimeEndpoint": f"unix://{containerd_socket}",
-        "address": addresses.node,
+        "address": node.address,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
         "authentication": {
@@ -139,7 +228,7 @@ def kubelet_config(
         },
         "authorization": {"mode": "Webhook"},
         "clusterDomain": "cluster.local",
-        "clusterDNS": [addresses.pod_gateway],
+        "clusterDNS": [addresses.infra],
         "resolvConf": str(resolv_conf),
         "podLogsDir": str(pod_logs),
         "evictionHard": {
@@ -155,21 +244,29 @@ def kubelet_config(
         "makeIPTablesUtilChains": False,
         "maxPods": 60,
         "shutdownGracePeriod": "0s",
+        "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
     }
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def kube_proxy_config(addresses: Addresses, kubeconfig: Path) -> str:
-    """kube-proxy in iptables mode inside the node's namespace. Conntrack limits and
-    timeouts stay as they are (0 = leave alone): they are the machine's, not the node's."""
+def kubelet_labels(node: NodeAddresses) -> str:
+    """The kubelet's ``--node-labels``: the node's zone (``kubernetes.io/hostname`` the
+    kubelet sets itself, from ``--hostname-override``)."""
+    return f"topology.kubernetes.io/zone={node.zone}"
+
+
+def kube_proxy_config(addresses: Addresses, node: NodeAddresses, kubeconfig: Path) -> str:
+    """kube-proxy in iptables mode inside the node's namespace; ``clusterCIDR`` is every
+    node's Pods. Conntrack limits and timeouts stay as they are (0 = leave alone): they are
+    the machine's, not the node's."""
     config = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "mode": "iptables",
         "clusterCIDR": addresses.pod_cidr,
-        "hostnameOverride": addresses.node_name,
-        "bindAddress": addresses.node,
+        "hostnameOverride": node.name,
+        "bindAddress": node.address,
         "healthzBindAddress": "127.0.0.1:10256",
         "metricsBindAddress": "127.0.0.1:10249",
         "conntrack": {
@@ -184,12 +281,13 @@ def kube_proxy_config(addresses: Addresses, kubeconfig: Path) -> str:
 
 def corefile(addresses: Addresses, kubeconfig: Path) -> str:
     """CoreDNS answering for ``cluster.local`` only: no upstream, so names outside the
-    cluster fail instead of leaving the node. ``ready`` listens on the node's link address
-    so the host can wait for it."""
+    cluster fail instead of leaving the node. It runs in the link's namespace, where its
+    only address is ``infra`` (every node's Pods reach it there); ``ready`` listens on
+    that address so the host can wait for it."""
     return f""".:53 {{
     errors
     health 127.0.0.1:8080
-    ready {addresses.node}:8181
+    ready {addresses.infra}:8181
     kubernetes cluster.local in-addr.arpa ip6.arpa {{
         kubeconfig {kubeconfig}
         pods insecure
@@ -230,11 +328,14 @@ subjects:
 """
 
 
-def local_volumes(directory: Path, count: int, size: str) -> str:
-    """The node's storage: a default StorageClass without a provisioner and ``count``
-    pre-created hostPath PersistentVolumes of ``size`` in ``directory`` (world-writable, so
-    any container user can use them). A PVC binds one when its Pod is scheduled; a
-    released volume is recycled by nothing (``Retain``): ``count`` bounds the claims of a
+def local_volumes(directories: dict[str, Path], count: int, size: str) -> str:
+    """The cluster's storage, as real local disks are: a default StorageClass without a
+    provisioner that binds a claim only when its Pod is scheduled (``WaitForFirstConsumer``),
+    and for each node (``directories``: node name → its volumes' directory) ``count``
+    pre-created hostPath PersistentVolumes ``<node>-NN`` of ``size`` whose ``nodeAffinity``
+    names that node: a claim binds on one node and its Pod can run only there. The
+    directories are world-writable, so any container user can use them. A released volume is
+    recycled by nothing (``Retain``): ``count`` bounds the claims a node takes in a
     cluster's life."""
     documents: list[dict[str, object]] = [
         {
@@ -249,19 +350,35 @@ def local_volumes(directory: Path, count: int, size: str) -> str:
             "reclaimPolicy": "Retain",
         }
     ]
-    for number in range(count):
-        documents.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"local-{number:02d}"},
-                "spec": {
-                    "capacity": {"storage": size},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": "local",
-                    "hostPath": {"path": str(directory / f"local-{number:02d}"), "type": ""},
-                },
-            }
-        )
+    for node, directory in directories.items():
+        for number in range(count):
+            documents.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"{node}-{number:02d}", "labels": {"crpy.io/node": node}},
+                    "spec": {
+                        "capacity": {"storage": size},
+                        "accessModes": ["ReadWriteOnce"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": "local",
+                        "hostPath": {"path": str(directory / f"{number:02d}"), "type": ""},
+                        "nodeAffinity": {
+                            "required": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "kubernetes.io/hostname",
+                                                "operator": "In",
+                                                "values": [node],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
+                    },
+                }
+            )
     return yaml.safe_dump_all(documents, sort_keys=False)

@@ -1,11 +1,13 @@
 """An S3-compatible server for the local node (SeaweedFS ``weed mini``), and a tiny S3 client.
 
-:func:`start_s3` runs SeaweedFS inside the node's network namespace, listening on the node's
-address (``172.30.255.2`` by default): Pods reach it through the Service ``s3`` in the
-namespace ``crpy-s3`` (``http://s3.crpy-s3.svc.cluster.local:8333``), the host through the
-link. It has no route out (the namespace has none). Its data lives in ``<workdir>/s3``, so it
-goes with the cluster's work directory; the process is one of the cluster's, stopped with it
-and killed by the killed-node cleanup like every process of the namespace.
+The cluster runs SeaweedFS inside the network namespace of its link (beside CoreDNS, not on
+any node, so losing or partitioning a node leaves it up), listening on the link's ``infra``
+address (``172.30.255.254`` by default): Pods of every node reach it through the Service
+``s3`` in the namespace ``crpy-s3`` (``http://s3.crpy-s3.svc.cluster.local:8333``), the host
+through the link. It has no route out (the namespace has none). Its data lives in
+``<workdir>/s3``, so it goes with the cluster's work directory; the process is one of the
+cluster's, stopped with it and killed by the killed-cluster cleanup like every process of
+the namespace.
 
 Credentials: one identity with a generated access key and secret (admin actions on every
 bucket), written with mode 0600 to ``<workdir>/s3/identities.json`` (SeaweedFS's format) and
@@ -13,7 +15,7 @@ bucket), written with mode 0600 to ``<workdir>/s3/identities.json`` (SeaweedFS's
 Nothing here logs the secret. The bucket ``backups`` exists from the start.
 
 Caveats: SeaweedFS's master, volume and filer ports (9333, 9340, 8888 and their gRPC ports)
-also listen on the node's address without authentication; only Pods of the local cluster and
+also listen on the link's address without authentication; only Pods of the local cluster and
 the host can reach them. SeaweedFS's admin interface listens on the namespace's loopback.
 
 :class:`S3Client` speaks just enough of the S3 API (AWS Signature Version 4 over HTTP) to
@@ -101,7 +103,7 @@ def identities_json(credentials: S3Credentials) -> str:
 
 def weed_command(weed: Path, directory: Path, address: str, bucket: str) -> list[str]:
     """``weed mini`` with only what the cluster needs: S3 on ``address``, no WebDAV, no
-    Iceberg or Lance ports (8181 is CoreDNS's readiness port in the node's namespace)."""
+    Iceberg or Lance ports (8181 is CoreDNS's readiness port in the same namespace)."""
     return [
         str(weed),
         "mini",
@@ -138,9 +140,10 @@ def write_config(directory: Path, credentials: S3Credentials) -> Path:
     return directory / "credentials.env"
 
 
-def service_manifest(node_address: str) -> str:
+def service_manifest(address: str) -> str:
     """The namespace ``crpy-s3``, a Service ``s3`` without selector and its EndpointSlice
-    pointing at the node's address: Pods use ``s3.crpy-s3.svc.cluster.local:8333``."""
+    pointing at ``address`` (where the server listens): Pods use
+    ``s3.crpy-s3.svc.cluster.local:8333``."""
     return f"""apiVersion: v1
 kind: Namespace
 metadata:
@@ -170,7 +173,7 @@ ports:
     port: {S3_PORT}
     protocol: TCP
 endpoints:
-  - addresses: ["{node_address}"]
+  - addresses: ["{address}"]
     conditions: {{ready: true}}
 """
 

@@ -49,11 +49,15 @@ class PostgresInstanceSpecReplication(Schema):
     """Make commits wait for standbys (off at 1 replica, which has none)."""
     sync_policy: Annotated[str, Enum("ZeroLoss", "DegradeToAsync")] = "ZeroLoss"
     """With synchronous set, what gives way when standbys are missing. ZeroLoss (default):
-    commits wait for a standby, and failover promotes only a member that has every acknowledged
-    commit (or waits). DegradeToAsync: commits go on without standbys, and failover promotes the
-    most advanced standby that answers; what it had not received is lost."""
+    commits wait for the configured number of synchronous standbys, however long, and failover
+    promotes only a member that has every acknowledged commit (or waits). DegradeToAsync: while
+    fewer standbys stream than the number, commits wait only for those that do (for none when
+    none does), and failover promotes the most advanced standby that answers; what it had not
+    received is lost."""
     failover_delay: Annotated[int, Minimum(0), Maximum(3600)] = 0
-    """Seconds the primary must be unhealthy before failover starts (default 0)."""
+    """Seconds the primary must be unhealthy (its agent does not answer, or it does not accept
+    connections) before failover starts (default 0: at once; a primary whose server died is
+    then replaced rather than restarted in place)."""
 
 
 class PostgresInstanceSpecStorage(Schema):
@@ -119,8 +123,8 @@ class PostgresInstanceSpec(Schema):
     allow_major_version_upgrade: Annotated[bool, Default(False)] = False
     """Allow a change of the major version (the image must upgrade the data)."""
     replicas: Annotated[int, Minimum(1), Maximum(9)] = 1
-    """Pods; one is the primary (status.currentPrimary, pod 0 at creation), the others stream
-    from it."""
+    """Pods; one is the primary (status.currentPrimary: pod 0 at creation, then whichever the
+    operator promotes), the others stream from it."""
     replication: PostgresInstanceSpecReplication | None = None
     storage: PostgresInstanceSpecStorage | None = None
     resources: dict[str, Any] = field(default_factory=dict)
@@ -180,8 +184,8 @@ class PostgresInstanceStatusRestore(Schema):
 
 
 class PostgresInstanceStatusHa(Schema):
-    """The operator's high-availability state (phase, fenced members, timestamps); a new
-    leader resumes from it."""
+    """The operator's high-availability state (phase, fenced members, timestamps), written by
+    the failover controller; a new leader resumes from it."""
 
     phase: str | None = None
     """Bootstrap, Healthy, Fencing (a failover or switchover stopped the old primary) or
@@ -198,7 +202,8 @@ class PostgresInstanceStatus(Schema):
     """Written by the operator; never set it."""
 
     current_primary: str | None = None
-    """The Pod that runs as primary (the <name>-primary Service selects it)."""
+    """The Pod that runs as primary (labelled postgres.crpy.io/role=primary: the
+    <name>-primary Service selects it)."""
     current_primary_timestamp: str | None = None
     """When currentPrimary last changed."""
     target_primary: str | None = None
@@ -209,7 +214,8 @@ class PostgresInstanceStatus(Schema):
     failovers: Int64 | None = None
     """Failovers completed (the primary failed and a standby took over)."""
     switchovers: Int64 | None = None
-    """Switchovers completed (planned, or because the primary's Pod was deleted)."""
+    """Switchovers completed (asked for with the postgres.crpy.io/switchover-to annotation, by
+    a rolling update, or because the primary's Pod was deleted)."""
     last_transition_seconds: float | None = None
     """Duration of the last failover or switchover, from its start to the new primary."""
     ha: PostgresInstanceStatusHa | None = None

@@ -202,8 +202,27 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
         lambda obj: "endpoint" in ((obj or {}).get("status") or {}),
     )
     assert pending is not None
-    assert pending["status"]["currentPrimary"] == pending["status"]["targetPrimary"] == "pg-0"
     assert condition(pending, "Ready")["status"] == "False"
+    # The failover controller names the first Pod target; no Pod serves yet (no kubelet).
+    bootstrapping = await wait_for(
+        transport,
+        "PostgresInstance",
+        namespace,
+        "pg",
+        lambda obj: ((obj or {}).get("status") or {}).get("targetPrimary") == "pg-0",
+    )
+    assert bootstrapping is not None and "currentPrimary" not in bootstrapping["status"]
+    assert bootstrapping["status"]["ha"]["phase"] == "Bootstrap"
+    available = condition(bootstrapping, "PrimaryAvailable")
+    assert (available["status"], available["reason"]) == ("False", "Bootstrapping")
+    role = await kube.live.get(
+        "rbac.authorization.k8s.io/v1", "Role", name="pg-agent", namespace=namespace
+    )
+    assert role["rules"][0]["resourceNames"] == ["pg"] and role["rules"][0]["verbs"] == ["get"]
+    await kube.live.get("v1", "ServiceAccount", name="pg-agent", namespace=namespace)
+    await kube.live.get(
+        "rbac.authorization.k8s.io/v1", "RoleBinding", name="pg-agent", namespace=namespace
+    )
     assert pending["status"]["endpoint"] == {"host": f"pg-primary.{namespace}.svc", "port": 5432}
 
     # Ready once the StatefulSet reports its pod ready.
@@ -226,8 +245,11 @@ async def test_scaling_and_parameters_render_replication_spread_pdb_and_roll_the
     )
     assert sts is not None
     env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["PRIMARY_HOST"]["value"] == "pg-0.pg-headless"
     assert env["REPLICATION_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "pg-superuser"
+    (agent,) = sts["spec"]["template"]["spec"]["initContainers"]
+    assert (
+        agent["restartPolicy"] == "Always" and sts["spec"]["updateStrategy"]["type"] == "OnDelete"
+    )
     config = await kube.live.get("v1", "ConfigMap", name="pg-config", namespace=namespace)
     conf = config["data"]["postgresql.conf"]
     assert "synchronous_standby_names = 'FIRST 1 (*)'" in conf and "wal_level = 'replica'" in conf

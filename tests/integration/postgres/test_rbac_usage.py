@@ -1,8 +1,9 @@
 """The PostgreSQL controllers need exactly the RBAC rules in :data:`POSTGRES_RULES` (what
 ``manifests/rbac/cluster-role.yaml`` should carry for them): a ServiceAccount bound to a
-ClusterRole of only these rules runs the five controllers through a scenario that takes every
+ClusterRole of only these rules runs the six controllers through a scenario that takes every
 path that needs a permission: a binding's whole life against a real PostgreSQL, a backup, an
-in-cluster instance restored from it, scaled down, and deleted with its volumes, a refused
+in-cluster instance restored from it (its agent's account and Role created, a stray role label
+removed from its Pod, an outdated Pod deleted), scaled down, and deleted with its volumes, a refused
 version (twice: an event series), and a plan that creates and prunes Backups. Then no request
 was denied, every request is allowed by the rules as ``tests/rbac_usage.py`` models them, and
 every rule was used.
@@ -40,6 +41,7 @@ from controllers.postgres.api import (
     ANNOTATION_SCHEDULED_AT,
     API_VERSION,
     LABEL_PLAN,
+    LABEL_ROLE,
     labels_for,
 )
 from controllers.postgres.common import decode_secret
@@ -153,8 +155,18 @@ POSTGRES_RULES: list[Obj] = [
     # Secrets are never cached: read live; superuser and binding Secrets are created, binding
     # Secrets updated and deleted.
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
-    # An instance that is not Ready lists its Pods live (an image that cannot be pulled).
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    # The failover controller caches the instances' Pods (and the Nodes), labels the primary
+    # and replicas and deletes Pods for a rolling update; an instance that is not Ready lists
+    # its Pods live (an image that cannot be pulled).
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+    # The agent's ServiceAccount, Role and RoleBinding (applied).
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["create", "patch"]},
+    {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["roles", "rolebindings"],
+        "verbs": ["create", "patch"],
+    },
     # deletionPolicy: Delete.
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "delete"]},
     # The event recorder: create, and patch a series.
@@ -356,6 +368,31 @@ async def postgres_scenario(
     )
     await succeed(kube, await get("jobs", "pg-restore", lambda o: o is not None, "batch/v1"))
     await get("PostgresInstance", "pg", ready)
+    # Its Pods (no kubelet runs them: they never answer): pg-0 carries a primary label the
+    # failover controller did not give (removed), pg-1 an old revision (deleted, to update).
+    for name, labels in (
+        ("pg-0", {LABEL_ROLE: "primary", "controller-revision-hash": "r"}),
+        ("pg-1", {"controller-revision-hash": "old"}),
+    ):
+        await kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {**labels_for("pg", "database"), **labels},
+                },
+                "spec": {"containers": [{"name": "postgres", "image": "postgres"}]},
+            }
+        )
+    await get(
+        "pods",
+        "pg-0",
+        lambda o: o is not None and LABEL_ROLE not in o["metadata"]["labels"],
+        "v1",
+    )
+    await get("pods", "pg-1", lambda o: o is None, "v1")
     # The restored-from Backup deleted: its object is deleted by a Job first.
     await kube.delete(API_VERSION, "Backup", name="b0", namespace=namespace)
     await succeed(kube, await get("jobs", "b0-delete", lambda o: o is not None, "batch/v1"))
@@ -514,6 +551,9 @@ async def test_the_postgres_controllers_need_exactly_their_rules(
             ("v1", "Service"),
             ("v1", "ConfigMap"),
             ("v1", "Secret"),
+            ("v1", "ServiceAccount"),
+            ("rbac.authorization.k8s.io/v1", "Role"),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding"),
             ("batch/v1", "Job"),
             (API_VERSION, "PostgresUser"),
             (API_VERSION, "Backup"),

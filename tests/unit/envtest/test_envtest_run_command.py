@@ -28,3 +28,15 @@ def test_the_command_gets_the_kubeconfig_and_kubectl_first_on_the_path() -> None
     )
     assert env == {"PATH": "/cache/bin:/usr/bin", "A": "b", "KUBECONFIG": "/work/kubeconfig"}
     assert command_env(Path("k"), Path("/x/kubectl"), {})["PATH"] == "/x"
+
+
+def test_nodes_counts_from_one_to_the_plans_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _parser().parse_args(["run", "--node"]).nodes == 1
+    assert _parser().parse_args(["run", "--node", "--nodes", "3"]).nodes == 3
+    for wrong in ("0", "17", "three"):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["run", "--node", "--nodes", wrong])
+        assert "number of nodes from 1 to 16" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--nodes", "3"])
+    assert "--nodes needs --node" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import tarfile
@@ -19,6 +20,7 @@ from controller_runtime.envtest.node.cluster import NodeUnavailableError, prefli
 from controller_runtime.envtest.node.images import ImageSpec, _pack_oci_archive
 
 ADDR = configs.Addresses()
+NODE = ADDR.node(1)
 
 
 def test_containerd_has_the_settings_without_which_no_pod_starts(tmp_path: Path) -> None:
@@ -36,41 +38,101 @@ def test_containerd_has_the_settings_without_which_no_pod_starts(tmp_path: Path)
     assert images["pinned_images"]["sandbox"] == "pause:1"
     assert config["grpc"]["address"].startswith(str(tmp_path))
     assert config["root"].startswith(str(tmp_path)) and config["state"].startswith(str(tmp_path))
+    nri = config["plugins"]["io.containerd.nri.v1.nri"]
+    assert nri["disable"] is True, "NRI's socket is one per machine: not for several nodes"
 
 
-def test_pods_get_no_default_route_and_no_masquerading() -> None:
-    plugin = json.loads(configs.cni_conflist(ADDR))["plugins"][0]
+@given(st.integers(min_value=1, max_value=configs.MAX_NODES))
+def test_pods_get_no_default_route_and_no_masquerading(index: int) -> None:
+    node = ADDR.node(index)
+    plugin = json.loads(configs.cni_conflist(ADDR, node, Path("/x/ipam")))["plugins"][0]
     assert plugin["ipMasq"] is False
     routes = [route["dst"] for route in plugin["ipam"]["routes"]]
-    assert routes == [ADDR.service_cidr, ADDR.link_cidr]
+    assert routes == [ADDR.pod_cidr, ADDR.service_cidr, ADDR.link_cidr]
     assert not any(dst.endswith("/0") for dst in routes)
+    assert plugin["ipam"]["ranges"] == [[{"subnet": node.pod_cidr, "gateway": node.pod_gateway}]]
+    assert plugin["ipam"]["dataDir"] == "/x/ipam", "each node keeps its own allocations"
+
+
+def test_every_node_has_its_own_addresses_pod_range_zone_and_cgroup_tree() -> None:
+    nodes = ADDR.nodes(configs.MAX_NODES)
+    link = ipaddress.ip_network(ADDR.link_cidr)
+    pods = ipaddress.ip_network(ADDR.pod_cidr)
+    assert [n.name for n in nodes[:3]] == ["crpy-node-1", "crpy-node-2", "crpy-node-3"]
+    assert [n.zone for n in nodes[:4]] == ["zone-a", "zone-b", "zone-c", "zone-a"]
+    assert nodes[0].address == "172.30.255.2" and nodes[0].pod_cidr == "172.30.0.0/24"
+    addresses = [ipaddress.ip_address(n.address) for n in nodes]
+    assert len(set(addresses)) == len(nodes)
+    assert all(a in link for a in addresses)
+    assert str(ADDR.host) not in {n.address for n in nodes}
+    assert ADDR.infra not in {n.address for n in nodes}
+    ranges = [ipaddress.ip_network(n.pod_cidr) for n in nodes]
+    assert all(r.subnet_of(pods) for r in ranges)  # type: ignore[arg-type]
+    assert not any(a.overlaps(b) for i, a in enumerate(ranges) for b in ranges[i + 1 :])
+    assert not any(r.overlaps(link) for r in ranges)
+    assert len({n.cgroup_root for n in nodes}) == len(nodes)
+    with pytest.raises(ValueError, match="1 to"):
+        ADDR.node(configs.MAX_NODES + 1)
 
 
 def test_kubelet_runs_on_cgroup_v1_with_cgroupfs_and_low_eviction(tmp_path: Path) -> None:
+    node = ADDR.node(2)
     config = yaml.safe_load(
         configs.kubelet_config(
-            ADDR, tmp_path / "sock", tmp_path / "ca.crt", tmp_path / "r", tmp_path / "logs"
+            ADDR,
+            node,
+            containerd_socket=tmp_path / "sock",
+            ca_file=tmp_path / "ca.crt",
+            resolv_conf=tmp_path / "r",
+            pod_logs=tmp_path / "logs",
         )
     )
     assert config["failCgroupV1"] is False
     assert config["cgroupDriver"] == "cgroupfs"
+    assert config["cgroupRoot"] == "/crpy-node-2", "kubelets must not share a kubepods tree"
     assert config["failSwapOn"] is False
     assert config["authentication"]["anonymous"]["enabled"] is False
-    assert config["clusterDNS"] == [ADDR.pod_gateway]
+    assert config["clusterDNS"] == [ADDR.infra]
+    assert config["address"] == node.address
     assert config["evictionHard"]["nodefs.available"] == "1%"
     assert config["podLogsDir"] == str(tmp_path / "logs")
+    renew = config["nodeLeaseDurationSeconds"] / 4
+    assert renew * 3 < configs.NODE_MONITOR_GRACE_SECONDS, "a late renewal must not flap"
+    assert configs.kubelet_labels(node) == "topology.kubernetes.io/zone=zone-b"
 
 
 def test_kube_proxy_leaves_the_machines_conntrack_settings_alone(tmp_path: Path) -> None:
-    config = yaml.safe_load(configs.kube_proxy_config(ADDR, tmp_path / "kubeconfig"))
+    node = ADDR.node(3)
+    config = yaml.safe_load(configs.kube_proxy_config(ADDR, node, tmp_path / "kubeconfig"))
     assert config["conntrack"]["maxPerCore"] == 0
     assert config["conntrack"]["min"] == 0
     assert config["clusterCIDR"] == ADDR.pod_cidr
+    assert config["hostnameOverride"] == "crpy-node-3"
+    assert config["bindAddress"] == node.address
+
+
+def test_local_volumes_are_bound_to_their_node(tmp_path: Path) -> None:
+    directories = {n.name: tmp_path / n.name for n in ADDR.nodes(3)}
+    documents = list(yaml.safe_load_all(configs.local_volumes(directories, 2, "1Gi")))
+    storage_class = documents[0]
+    assert storage_class["volumeBindingMode"] == "WaitForFirstConsumer"
+    volumes = documents[1:]
+    assert len(volumes) == 6
+    for volume in volumes:
+        terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        (expression,) = terms[0]["matchExpressions"]
+        (node,) = expression["values"]
+        assert expression["key"] == "kubernetes.io/hostname" and expression["operator"] == "In"
+        assert volume["metadata"]["name"].startswith(f"{node}-")
+        assert volume["spec"]["hostPath"]["path"].startswith(str(directories[node]) + "/")
+    assert len({v["metadata"]["name"] for v in volumes}) == 6
+    assert len({v["spec"]["hostPath"]["path"] for v in volumes}) == 6
 
 
 def test_coredns_has_no_upstream(tmp_path: Path) -> None:
     corefile = configs.corefile(ADDR, tmp_path / "kubeconfig")
     assert "forward" not in corefile
+    assert f"ready {ADDR.infra}:8181" in corefile
     assert "kubernetes cluster.local" in corefile
 
 

@@ -29,6 +29,8 @@ from controllers.postgres.failover import (
     SyncPolicy,
     choose_candidate,
     decide,
+    instance_status_fields,
+    state_from_instance_status,
     state_from_status,
 )
 
@@ -280,6 +282,82 @@ def test_state_round_trips_through_the_status() -> None:
     assert state_from_status({"phase": "Nonsense", "fenced": [1, "db-1"]}).fenced == {"db-1"}
 
 
+def test_a_primary_that_does_not_accept_connections_is_failed_over() -> None:
+    # A restarted primary recovering its WAL answers as primary, not ready: it is failed
+    # over (after failover_delay) and its fence is confirmed only once it stops.
+    config = HAConfig(MEMBERS)
+    recovering = primary("db-0", ready=False)
+    lost = decide(healthy_state(), observe(1, recovering, standby("db-1")), config)
+    assert lost.state.phase == Phase.FENCING and "db-0" in lost.state.fenced
+    still = decide(lost.state, observe(2, recovering, standby("db-1", source=None)), config)
+    assert still.state.phase == Phase.FENCING and "fence of db-0" in still.waiting
+    delayed = HAConfig(MEMBERS, failover_delay=5)
+    waiting = decide(healthy_state(), observe(1, recovering, standby("db-1")), delayed)
+    assert waiting.state.phase == Phase.HEALTHY and "failoverDelay" in waiting.waiting
+
+
+def test_a_member_whose_position_is_unknown_is_waited_for_in_zero_loss_mode() -> None:
+    config = HAConfig(MEMBERS, synchronous=True)
+    state = replace(
+        healthy_state(),
+        phase=Phase.FENCING,
+        old_primary="db-0",
+        fenced=frozenset({"db-0"}),
+        target_primary=PENDING,
+    )
+    replaying = MemberObservation(
+        "db-2", reachable=True, role=Role.STANDBY, timeline=1, position_known=False
+    )
+    obs = observe(5, down("db-0", pod_exists=False), standby("db-1", 90, source=None), replaying)
+    chosen, why = choose_candidate(state, obs, config)
+    assert chosen is None and "db-2" in why
+    # Asynchronous: it is no candidate, but nobody waits for it.
+    chosen, _ = choose_candidate(state, obs, HAConfig(MEMBERS))
+    assert chosen is not None and chosen.name == "db-1"
+
+
+def test_silence_does_not_confirm_the_fence_of_a_member_with_an_unbounded_lease() -> None:
+    # db-0 last read a one-replica instance: alone, it keeps serving when it cannot read.
+    config = HAConfig(MEMBERS)
+    alone = decide(HAState(), observe(0, primary("db-0", lease_bounded=False)), config).state
+    assert alone.unbounded == {"db-0"}
+    lost = decide(alone, observe(1, down("db-0"), standby("db-1", source=None)), config).state
+    later = decide(
+        lost,
+        observe(100, down("db-0"), standby("db-1", source=None), standby("db-2", source=None)),
+        config,
+    )
+    assert later.state.phase == Phase.FENCING and "fence of db-0" in later.waiting
+    # Once it reports a bounded lease, the rule holds again.
+    bounded = replace(healthy_state(), unbounded=frozenset({"db-0"}))
+    seen = decide(bounded, observe(1, primary("db-0"), standby("db-1")), config).state
+    assert seen.unbounded == frozenset()
+
+
+def test_the_instance_status_holds_the_state_in_its_documented_places() -> None:
+    state = replace(
+        healthy_state(),
+        fenced=frozenset({"db-2"}),
+        fenced_at={"db-2": 3.0},
+        failovers=2,
+        switchovers=1,
+        last_transition_seconds=4.5,
+        current_since=0.0,
+        target_since=86400.5,
+    )
+    status = instance_status_fields(state)
+    assert status["currentPrimary"] == "db-0" and status["targetPrimary"] == "db-0"
+    assert status["currentPrimaryTimestamp"] == "1970-01-01T00:00:00Z"
+    assert status["targetPrimaryTimestamp"] == "1970-01-02T00:00:00Z"
+    assert (status["failovers"], status["switchovers"]) == (2, 1)
+    assert status["lastTransitionSeconds"] == 4.5
+    assert status["ha"]["phase"] == "Healthy" and status["ha"]["fenced"] == ["db-2"]
+    assert status["ha"]["state"]["fencedAt"] == {"db-2": 3.0}
+    assert state_from_instance_status(status) == state
+    assert state_from_instance_status({}) == HAState()
+    assert state_from_instance_status({"currentPrimary": "db-0"}) == HAState()
+
+
 # ---- the simulated instance ---------------------------------------------------------------
 
 
@@ -299,6 +377,11 @@ class Member:
     partitioned_since: float | None = None
     pod_exists: bool = True
     deleting: bool = False
+    ready: bool = True
+    """A primary accepts connections (not while it recovers after a restart)."""
+    recovering: bool = False
+    """Restarted and replaying its own WAL: its position is not known yet."""
+    created: float = 0.0
 
 
 @dataclass
@@ -325,7 +408,13 @@ class World:
     def can_ack(self, m: Member) -> bool:
         """Whether ``m`` could acknowledge a commit now (a partitioned primary stops by
         itself within the isolation bound)."""
-        if not (m.alive and m.pod_exists and m.role == Role.PRIMARY and m.frozen_since is None):
+        if not (
+            m.alive
+            and m.pod_exists
+            and m.role == Role.PRIMARY
+            and m.ready
+            and m.frozen_since is None
+        ):
             return False
         if m.partitioned_since is not None:
             return self.now - m.partitioned_since < self.config.isolation_bound
@@ -342,6 +431,9 @@ class World:
         for m in self.members.values():
             if not (m.alive and m.pod_exists) or self.cut_off(m):
                 continue
+            if m.recovering:  # one step to replay its own WAL
+                m.recovering, m.ready = False, True
+                continue
             if m.role == Role.PRIMARY and target != m.name:
                 m.role, m.source = Role.FENCED, None
             elif target == m.name and m.role != Role.PRIMARY:
@@ -349,6 +441,9 @@ class World:
                 if was == Role.STANDBY:  # promotion: a new timeline
                     m.history += ((m.timeline, m.lsn),)
                     m.timeline = max(x.timeline for x in self.members.values()) + 1
+                else:  # a former primary starts again: it recovers before it serves
+                    m.ready = False
+                    m.recovering = True
                 m.role, m.source = Role.PRIMARY, None
                 self.check_promotion(m)
             elif m.role == Role.STARTING:  # the entrypoint: fenced stays down, others stand by
@@ -444,6 +539,7 @@ class World:
                     pod_exists=m.pod_exists,
                     pod_deleting=m.deleting,
                     node_lost=since is not None and self.now - since >= self.grace,
+                    pod_created=m.created,
                 )
                 continue
             out[m.name] = MemberObservation(
@@ -457,12 +553,17 @@ class World:
                 pod_exists=m.pod_exists,
                 pod_deleting=m.deleting,
                 node_lost=since is not None and self.now - since >= self.grace,
+                pod_created=m.created,
+                ready=m.ready,
+                position_known=m.role == Role.PRIMARY or not m.recovering,
             )
         return Observation(self.now, out)
 
     def operator(self) -> Decision:
         decision = decide(self.state, self.observe(), self.config)
         self.check_state(decision.state)
+        # The driver keeps the state in the instance's status: it must come back whole.
+        assert state_from_instance_status(instance_status_fields(decision.state)) == decision.state
         self.state = decision.state
         return decision
 
@@ -510,7 +611,8 @@ class World:
                 self.restart(m)
                 m.pod_exists, m.deleting = False, False
         elif kind == "recreate":
-            m.pod_exists = True
+            if not m.pod_exists:
+                m.pod_exists, m.created = True, self.now
         elif kind == "switchover":
             self.config = replace(self.config, switchover_to=m.name)
         elif kind == "operator":
@@ -522,6 +624,7 @@ class World:
         if m.role != Role.STARTING:
             m.prior = m.role
         m.role, m.source = Role.STARTING, None
+        m.recovering = True
 
     def heal(self, m: Member) -> None:
         m.frozen_since = m.partitioned_since = None
@@ -569,7 +672,8 @@ def settle(world: World) -> None:
         if m.deleting:
             world.restart(m)
             m.deleting = False
-        m.pod_exists = True
+        if not m.pod_exists:
+            m.pod_exists, m.created = True, world.now
         m.alive = True
     for _ in range(60):
         world.now += 5

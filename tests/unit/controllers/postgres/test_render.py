@@ -7,7 +7,15 @@ from typing import Any
 import pytest
 
 from controllers.postgres import jobs, render
-from controllers.postgres.api import ANNOTATION_CONFIG_HASH, ANNOTATION_VERSION
+from controllers.postgres.api import (
+    ANNOTATION_CONFIG_HASH,
+    ANNOTATION_VERSION,
+    LABEL_ROLE,
+    ROLE_PRIMARY,
+)
+from controllers.postgres.supervisor import SCRIPT as SUPERVISOR
+
+AGENT = "registry.example/crpy/operator:1.2.3"
 
 
 def instance(**spec: Any) -> dict[str, Any]:
@@ -51,18 +59,25 @@ def test_tls_turns_ssl_on_and_rejects_plain_connections() -> None:
     assert "hostssl all all 0.0.0.0/0 scram-sha-256" in hba
     assert "hostnossl all all 0.0.0.0/0 reject" in hba
     assert "hostssl" not in render.pg_hba_conf({})
-    sts = render.statefulset(instance(**spec), version="16", image="postgres:16")
+    sts = render.statefulset(instance(**spec), version="16", image="postgres:16", agent_image=AGENT)
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tls"]["secret"] == {"secretName": "pg-tls", "defaultMode": 0o640}
 
 
 def test_the_template_hash_follows_the_configuration_only() -> None:
-    base = render.statefulset(instance(), version="16", image="postgres:16")
-    same = render.statefulset(instance(replicas=3), version="16", image="postgres:16")
-    changed = render.statefulset(
-        instance(parameters={"work_mem": "8MB"}), version="16", image="postgres:16"
+    base = render.statefulset(instance(), version="16", image="postgres:16", agent_image=AGENT)
+    same = render.statefulset(
+        instance(replicas=3), version="16", image="postgres:16", agent_image=AGENT
     )
-    tls = render.statefulset(instance(tls={"secretName": "t"}), version="16", image="postgres:16")
+    changed = render.statefulset(
+        instance(parameters={"work_mem": "8MB"}),
+        version="16",
+        image="postgres:16",
+        agent_image=AGENT,
+    )
+    tls = render.statefulset(
+        instance(tls={"secretName": "t"}), version="16", image="postgres:16", agent_image=AGENT
+    )
     assert template_hash(base) == template_hash(same)  # async replicas: same config
     assert len({template_hash(base), template_hash(changed), template_hash(tls)}) == 3
 
@@ -77,6 +92,7 @@ def test_the_statefulset() -> None:
         ),
         version="16.2",
         image="postgres:16.2",
+        agent_image=AGENT,
     )
     spec = sts["spec"]
     assert spec["replicas"] == 3 and spec["serviceName"] == "pg-headless"
@@ -90,21 +106,90 @@ def test_the_statefulset() -> None:
         "topology.kubernetes.io/zone",
         "kubernetes.io/hostname",
     ]
+    zone, host = pod["topologySpreadConstraints"]
+    # One Pod per zone is a rule (a score can lose to other scores); a zone with no node the
+    # Pod may use does not count; nodes are a preference (fewer nodes than replicas is fine).
+    assert zone["whenUnsatisfiable"] == "DoNotSchedule" and zone["maxSkew"] == 1
+    assert zone["nodeTaintsPolicy"] == "Honor"
+    assert host["whenUnsatisfiable"] == "ScheduleAnyway"
+    for constraint in (zone, host):
+        assert constraint["labelSelector"] == spec["selector"], "the instance's own Pods"
     claim = spec["volumeClaimTemplates"][0]["spec"]
     assert claim["resources"]["requests"]["storage"] == "5Gi"
     assert claim["storageClassName"] == "ssd"
     kept = [{"metadata": {"name": "data"}, "spec": {"resources": {}}}]
     assert (
-        render.statefulset(instance(), version="16", image="x", claim_templates=kept)["spec"][
-            "volumeClaimTemplates"
-        ]
+        render.statefulset(
+            instance(), version="16", image="x", agent_image=AGENT, claim_templates=kept
+        )["spec"]["volumeClaimTemplates"]
         == kept
     )
 
 
+def test_each_pod_runs_the_supervisor_and_the_agent_sidecar_with_its_own_token() -> None:
+    sts = render.statefulset(
+        instance(replicas=3), version="16", image="postgres:16", agent_image=AGENT, replicas=4
+    )
+    spec = sts["spec"]
+    assert spec["replicas"] == 4  # held while the primary is a Pod a scale-down removes
+    assert spec["updateStrategy"] == {"type": "OnDelete"}  # the failover controller rolls
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "pg-agent"
+    assert pod["automountServiceAccountToken"] is False
+    (agent,) = pod["initContainers"]
+    assert agent["restartPolicy"] == "Always"  # a sidecar: up before, down after postgres
+    assert agent["image"] == AGENT
+    assert agent["command"] == ["python", "-m", "controllers.postgres.agent"]
+    assert {p["name"]: p["containerPort"] for p in agent["ports"]} == {"agent": 8008}
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["CRPY_INSTANCE"]["value"] == "pg"
+    assert env["CRPY_HEADLESS"]["value"] == "pg-headless"
+    assert not any("PASSWORD" in name for name in env)  # the agent holds no password
+    mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
+    assert mounts[render.TOKEN_DIR] == "agent-token"
+    assert agent["securityContext"]["readOnlyRootFilesystem"] and "/tmp" in mounts
+    (postgres,) = pod["containers"]
+    assert postgres["command"] == ["/bin/bash", f"{render.CONFIG_DIR}/entrypoint.sh"]
+    postgres_mounts = {m["mountPath"]: m["name"] for m in postgres["volumeMounts"]}
+    assert render.TOKEN_DIR not in postgres_mounts  # no token in the database's container
+    for shared in (render.RUN_DIR, render.SOCKET_DIR):
+        assert postgres_mounts[shared] == mounts[shared]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["run"]["emptyDir"]["medium"] == "Memory"
+    sources = volumes["agent-token"]["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["path"] == "token"
+    assert pod["terminationGracePeriodSeconds"] > render.SWITCHOVER_WAIT_SECONDS
+    config = render.configmap(instance())
+    assert config["data"]["entrypoint.sh"] == SUPERVISOR
+
+
+def test_the_agent_may_only_read_its_own_instance() -> None:
+    account = render.service_account(instance())
+    assert account["metadata"]["name"] == "pg-agent"
+    role = render.agent_role(instance())
+    assert role["rules"] == [
+        {
+            "apiGroups": ["postgres.crpy.io"],
+            "resources": ["postgresinstances"],
+            "resourceNames": ["pg"],
+            "verbs": ["get"],
+        }
+    ]
+    binding = render.agent_role_binding(instance())
+    assert binding["roleRef"]["name"] == "pg-agent"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "pg-agent", "namespace": "shop"}
+    ]
+
+
 def test_services_pdb_and_endpoint() -> None:
     primary = render.primary_service(instance())
-    assert primary["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == "pg-0"
+    assert primary["spec"]["selector"] == {
+        "app.kubernetes.io/name": "postgres",
+        "app.kubernetes.io/instance": "pg",
+        LABEL_ROLE: ROLE_PRIMARY,
+    }
     headless = render.headless_service(instance())
     assert headless["spec"]["clusterIP"] == "None"
     assert render.pod_disruption_budget(instance(replicas=1)) is None
