@@ -101,6 +101,7 @@ from controllers.postgres.failover import (
     state_from_instance_status,
 )
 from controllers.postgres.ha_metrics import POSTGRES_METRICS, InstanceSample
+from controllers.postgres.shared_status import owned_by_failover, write_shared_status
 from controllers.postgres.standing import Report, report_of
 from controllers.recording import controller_recorder
 
@@ -504,7 +505,7 @@ class HAReconciler:
         old = instance.get("status") or {}
         if _without_last_seen(status) == _without_last_seen(old):
             return False
-        written = await write_status(self.client, instance, status)
+        written = await write_shared_status(self.client, instance, status, mine=owned_by_failover)
         stamped = {
             n: t for n, t in decision.state.fenced_at.items() if before.fenced_at.get(n) != t
         }
@@ -512,8 +513,13 @@ class HAReconciler:
         if stamped and finished - min(stamped.values()) > FENCE_RESTAMP_AFTER:
             # A fence counts from when its write returned (module docs).
             fenced_at = {**decision.state.fenced_at, **dict.fromkeys(stamped, finished)}
-            status.update(instance_status_fields(replace(decision.state, fenced_at=fenced_at)))
-            await write_status(self.client, written, status)
+            fields = instance_status_fields(replace(decision.state, fenced_at=fenced_at))
+            status.update(fields)
+            # From what was written (a rebase may have taken the instance controller's
+            # fields from the live object): only the HA fields change.
+            restamped = status_copy(written)
+            restamped.update(fields)
+            await write_status(self.client, written, restamped)
         standing = ("currentPrimary", "targetPrimary")
         old_ha, new_ha = old.get("ha") or {}, status.get("ha") or {}
         return any(old.get(k) != status.get(k) for k in standing) or any(

@@ -93,7 +93,6 @@ from controllers.postgres.common import (
     set_conditions,
     status_copy,
     version_policy,
-    write_status,
 )
 from controllers.postgres.connection import (
     ConfigurationError,
@@ -111,6 +110,7 @@ from controllers.postgres.policy import (
     server_version,
 )
 from controllers.postgres.scram import generate_password
+from controllers.postgres.shared_status import owned_by_instance, write_shared_status
 from controllers.postgres.sweep import sweep_orphan_roles
 from controllers.recording import controller_recorder
 
@@ -328,7 +328,7 @@ class InstanceReconciler:
             set_conditions(
                 status, meta.get("generation"), Condition("Ready", False, "Terminating", message)
             )
-            await write_status(self.client, instance, status)
+            await write_shared_status(self.client, instance, status, mine=owned_by_instance)
             return CleanupPending(message)
         spec = instance.get("spec") or {}
         if not spec.get("external") and spec.get("deletionPolicy") == "Delete":
@@ -372,7 +372,7 @@ class InstanceReconciler:
                 Condition("Progressing", False, reason, "retrying with backoff"),
                 Condition("Degraded", True, reason, str(err)),
             )
-            await write_status(self.client, instance, status)
+            await write_shared_status(self.client, instance, status, mine=owned_by_instance)
             raise
         verdict = external_verdict(instance, policy, actual)
         if verdict.accepted:
@@ -391,7 +391,7 @@ class InstanceReconciler:
             Condition("Progressing", False, "Idle", ""),
             Condition("Degraded", not verdict.accepted, verdict.reason, verdict.message),
         )
-        await write_status(self.client, instance, status)
+        await write_shared_status(self.client, instance, status, mine=owned_by_instance)
         if verdict.accepted:
             await self._sweep(instance, info)
         return Result(requeue_after=self.recheck_after)
@@ -433,7 +433,7 @@ class InstanceReconciler:
             degraded = Condition("Degraded", True, reason, message)
             progressing = Condition("Progressing", False, reason, "fix the spec")
             set_conditions(status, generation, accepted, degraded, progressing)
-            await write_status(self.client, instance, status)
+            await write_shared_status(self.client, instance, status, mine=owned_by_instance)
             return None
         applied = await self._apply_children(instance, children)
         if running is not None and running != verdict.version:
@@ -453,7 +453,7 @@ class InstanceReconciler:
             Condition("Progressing", False, verdict.reason, "nothing is rendered"),
             Condition("Degraded", True, verdict.reason, verdict.message),
         )
-        await write_status(self.client, instance, status)
+        await write_shared_status(self.client, instance, status, mine=owned_by_instance)
 
     async def _report_rollout(  # noqa: PLR0917 (the steps' results, passed on)
         self,
@@ -486,7 +486,7 @@ class InstanceReconciler:
             *progress.conditions(),
             degraded_condition(problems),
         )
-        await write_status(self.client, instance, status)
+        await write_shared_status(self.client, instance, status, mine=owned_by_instance)
         if wait_for_backup:
             return Result(requeue_after=self.backup_poll)
         if wait_for_pods:
