@@ -106,8 +106,10 @@ DECLARED: dict[str, tuple[Rule, ...]] = {
     "postgresfailover": (
         allow(
             f"postgresinstances.{PG}",
+            "get",
             "patch",
-            why="the switchover annotation is removed once the switchover is done",
+            why="the switchover annotation is removed once the switchover is done; a status "
+            "write refused because the instance controller wrote first is rebased on a live read",
         ),
         allow(f"postgresinstances.{PG}/status", "patch", why="the primary and the HA state"),
         allow(
