@@ -19,9 +19,8 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controller_runtime import Client
+from controller_runtime import Client, ConflictError
 from controllers.postgres.common import write_status
-from kubeclient.errors import ConflictError
 
 Obj = dict[str, Any]
 

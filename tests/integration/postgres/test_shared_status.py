@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from controller_runtime import ConflictError
 from controller_runtime.client import Client
 from controllers.postgres.api import API_VERSION
 from controllers.postgres.common import write_status
@@ -17,7 +18,6 @@ from controllers.postgres.shared_status import (
     owned_by_instance,
     write_shared_status,
 )
-from kubeclient.errors import ConflictError
 
 pytestmark = pytest.mark.integration
 
