@@ -50,7 +50,7 @@ def test_the_next_start_cleans_up_after_a_killed_node(images: Images) -> None:
     left = leftovers(workdir)
     for netns in ("crpy-net", "crpy-node-1", "crpy-node-2"):
         assert f"network namespace {netns}" in left, f"a killed cluster left only {left}"
-    assert cgroups.freeze_requested("crpy-node-2"), "the lost node's Pods should still be frozen"
+    assert cgroups.is_frozen("crpy-node-2"), "the lost node's Pods should still be frozen"
     frozen = cgroups.pids_under("crpy-node-2")
     assert frozen, "the lost node's Pod should have left its frozen processes"
     assert workdir.exists(), f"a killed node should have left its work directory {workdir}"

@@ -113,18 +113,6 @@ def thaw(name: str) -> None:
         path.write_text(thawed)
 
 
-def freeze_requested(name: str) -> bool:
-    """Whether node ``name``'s tree is held frozen (:func:`freeze` was called and nothing
-    thawed it since), whether or not every process in it has stopped yet: a process the
-    container runtime was starting in the tree at that moment is frozen a moment later, and
-    :func:`is_frozen` reads false until it is."""
-    path, frozen, _ = _freezer(name)
-    with contextlib.suppress(OSError):
-        state = path.read_text().strip()
-        return state == frozen or (not unified() and state == "FREEZING")
-    return False
-
-
 def is_frozen(name: str) -> bool:
     path, frozen, _ = _freezer(name)
     if unified():

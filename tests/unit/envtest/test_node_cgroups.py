@@ -62,13 +62,3 @@ def test_a_node_is_frozen_and_thawed_through_its_freezer(hierarchy: Path) -> Non
     assert state.read_text() == "THAWED" and not cgroups.is_frozen("crpy-node-3")
     with pytest.raises(cgroups.CgroupError, match="crpy-node-4"):
         cgroups.freeze("crpy-node-4", timeout=1)
-
-
-def test_a_freeze_in_progress_counts_as_requested_not_as_frozen(hierarchy: Path) -> None:
-    cgroups.create_root("crpy-node-5")
-    state = hierarchy / "freezer" / "crpy-node-5" / "freezer.state"
-    state.write_text("FREEZING")  # a process still being stopped
-    assert cgroups.freeze_requested("crpy-node-5") and not cgroups.is_frozen("crpy-node-5")
-    state.write_text("THAWED")
-    assert not cgroups.freeze_requested("crpy-node-5")
-    assert not cgroups.freeze_requested("crpy-node-6")  # no such tree
