@@ -83,9 +83,15 @@ _NODES = {"wanted": 1}
 """How many nodes the session's cluster gets (module docs), decided at collection."""
 
 
+RUNS_FIRST = ("test_killed_node.py",)
+"""Test files that start clusters of their own and so must run before the session's cluster
+takes the machine's one node lock (a stable sort puts them first, whatever their names)."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if any("cluster3" in getattr(item, "fixturenames", ()) for item in items):
         _NODES["wanted"] = 3
+    items.sort(key=lambda item: item.path.name not in RUNS_FIRST)
 
 
 def session_nodes() -> int:

@@ -1,6 +1,6 @@
-"""Runs first (file order), before the session's cluster takes the machine's one node lock: a
-cluster whose process is killed with SIGKILL leaves things behind on every node (here two,
-one of them lost, its Pods' cgroup tree frozen), and the next start removes them."""
+"""Runs first (conftest's RUNS_FIRST), before the session's cluster takes the machine's one
+node lock: a cluster whose process is killed with SIGKILL leaves things behind on every node
+(here two, one of them lost, its Pods' cgroup tree frozen), and the next start removes them."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ def test_the_next_start_cleans_up_after_a_killed_node(images: Images) -> None:
         cwd=Path(__file__).resolve().parents[2],
     )
     assert process.stdout is not None
-    workdir = Path(process.stdout.readline().strip())
-    assert workdir.is_dir(), f"the node in a subprocess did not start (exit {process.poll()})"
+    line = process.stdout.readline().strip()
+    assert line, f"the cluster in a subprocess did not start (exit {process.wait()})"
+    workdir = Path(line)
+    assert workdir.is_dir(), f"the cluster in a subprocess did not start (exit {process.poll()})"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     left = leftovers(workdir)
