@@ -3,12 +3,14 @@ of ``manifests/`` through an overlay that sets the image (kustomize's ``images``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+from controller_runtime.envtest.controlplane import ControlPlaneError
 from controller_runtime.envtest.node.cluster import LocalCluster
 from tests.e2e.support import OPERATOR_NAMESPACE, diagnostics, get_json, wait_for
 
@@ -32,8 +34,33 @@ def overlay(image: str) -> Path:
     return directory
 
 
+WEBHOOK_PROBE = {
+    "apiVersion": "postgres.crpy.io/v1beta1",
+    "kind": "PostgresInstance",
+    "metadata": {"name": "crpy-webhook-probe", "namespace": OPERATOR_NAMESPACE},
+    "spec": {"version": "15", "replicas": 1, "storage": {"size": "1Gi"}},
+}
+"""A PostgresInstance created with ``--dry-run=server`` only: it passes both webhooks."""
+
+
+def webhooks_answer(cluster: LocalCluster) -> bool:
+    """Whether the API server reaches the operator's webhooks through their Service: a
+    server-side dry-run create is answered by them (admitted, or refused by their rules), not
+    refused because they could not be called."""
+    try:
+        cluster.kubectl(
+            "create", "--dry-run=server", "-f", "-", input_text=json.dumps(WEBHOOK_PROBE)
+        )
+    except ControlPlaneError as err:
+        return "failed calling webhook" not in str(err)
+    return True
+
+
 def install(cluster: LocalCluster, image: str, timeout: float = 240) -> float:
-    """Apply the manifests and wait until both replicas are ready; return the seconds."""
+    """Apply the manifests and wait until both replicas are ready and the API server
+    reaches the webhooks through their Service (kube-proxy writes the Service's rules a
+    moment after the endpoints are ready: until then a `Fail` webhook refuses every
+    PostgresInstance write, as it would for an application); return the seconds."""
     started = time.monotonic()
     directory = overlay(image)
     try:
@@ -45,6 +72,12 @@ def install(cluster: LocalCluster, image: str, timeout: float = 240) -> float:
         f"deployment {OPERATOR_NAMESPACE}/crpy-operator with 2 ready replicas",
         timeout,
         lambda: diagnostics(cluster, OPERATOR_NAMESPACE, "deployment crpy-operator"),
+    )
+    wait_for(
+        lambda: webhooks_answer(cluster),
+        "the operator's webhooks answering through their Service",
+        60,
+        lambda: diagnostics(cluster, OPERATOR_NAMESPACE, "service crpy-operator-webhook"),
     )
     return time.monotonic() - started
 
