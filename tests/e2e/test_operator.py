@@ -31,16 +31,18 @@ def test_two_replicas_run_restricted_one_leads_probes_green(
     assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", (
         f"namespace {OPERATOR_NAMESPACE} labels: {labels}"
     )
+    # Earlier tests fault the nodes (killed containers, lost and partitioned nodes), and an
+    # operator replica on such a node restarts: wait for both to be Running and Ready again.
+    wait_for(
+        lambda: _two_replicas_serving(operator_pods(cluster)),
+        f"two operator replicas Running and Ready in {OPERATOR_NAMESPACE}",
+        180,
+        lambda: _describe(cluster),
+    )
     pods = operator_pods(cluster)
     context = _describe(cluster)
-    assert len(pods) == 2, context
+    assert _two_replicas_serving(pods), context
     for pod in pods:
-        status = pod["status"]
-        assert isinstance(status, dict)
-        assert status["phase"] == "Running", context
-        ready = {c["type"]: c["status"] for c in status["conditions"]}
-        assert ready["Ready"] == "True", context
-        assert all(c["ready"] and c["started"] for c in status["containerStatuses"]), context
         container = pod["spec"]["containers"][0]  # type: ignore[index]
         assert container["image"].endswith(operator), context
     names = {pod["metadata"]["name"] for pod in pods}  # type: ignore[index]
@@ -56,6 +58,23 @@ def test_two_replicas_run_restricted_one_leads_probes_green(
     assert get_json(cluster, "poddisruptionbudget", "-n", OPERATOR_NAMESPACE)["items"], (
         f"no PodDisruptionBudget in namespace {OPERATOR_NAMESPACE}\n{context}"
     )
+
+
+def _two_replicas_serving(pods: list[dict[str, object]]) -> bool:
+    """Exactly two operator Pods, each Running, Ready, every container started and ready."""
+    if len(pods) != 2:
+        return False
+    for pod in pods:
+        status = pod.get("status")
+        if not isinstance(status, dict) or status.get("phase") != "Running":
+            return False
+        ready = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        containers = status.get("containerStatuses") or []
+        if ready.get("Ready") != "True" or not containers:
+            return False
+        if not all(c.get("ready") and c.get("started") for c in containers):
+            return False
+    return True
 
 
 def _task(cluster: LocalCluster, namespace: str, name: str) -> None:
