@@ -113,8 +113,10 @@ def check(line: bytes, *, cut: bool = True) -> bool:
         m["resourceVersion"],
         m.get("uid", ""),
     )
+    # A reference without a uid (a corrupted key) reads as None, as the store's orjson path
+    # (``ref.get("uid")``) reads it.
     assert [r.uid for r in meta.ownerReferences or ()] == [
-        r["uid"] for r in m.get("ownerReferences") or ()
+        r.get("uid") for r in m.get("ownerReferences") or ()
     ]
     labels = orjson.loads(memoryview(meta.labels)) if len(meta.labels) else None
     assert labels == m.get("labels")
@@ -266,6 +268,17 @@ def test_refused_lines_take_the_full_path(line: bytes) -> None:
 def test_valid_utf8_beyond_ascii_is_taken() -> None:
     obj = {"metadata": {"name": "a", "resourceVersion": "5"}, "data": {"x": "Grüße, 日本 🎉"}}
     assert check(compact("ADDED", obj))
+
+
+def test_an_owner_reference_without_a_uid_is_read_as_none() -> None:
+    """A reference whose ``uid`` key is missing (a corrupted byte turned it into another key)
+    is taken, its uid None, as the store's orjson path reads it (``ref.get("uid")``)."""
+    refs = [{"kind": "Owner", "name": "o", "uad": "f728b4fa"}, {"kind": "Owner", "uid": "u-2"}]
+    obj = {"metadata": {"name": "a", "resourceVersion": "1", "ownerReferences": refs}}
+    assert check(compact("MODIFIED", obj))
+    got = decode_watch_line(compact("MODIFIED", obj))
+    assert got is not None
+    assert [r.uid for r in got[1].ownerReferences or ()] == [None, "u-2"]
 
 
 @given(obj=objects(), data=st.data())
