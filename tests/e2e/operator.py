@@ -111,6 +111,12 @@ def leader(cluster: LocalCluster) -> str:
     return out.strip()
 
 
+def leader_pod(cluster: LocalCluster) -> str:
+    """The name of the Pod holding the Lease (its identity up to the first ``_``; '' when
+    none)."""
+    return leader(cluster).split("_", 1)[0]
+
+
 def operator_pods(cluster: LocalCluster) -> list[dict[str, object]]:
     pods = get_json(
         cluster, "pods", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/name=crpy-operator"

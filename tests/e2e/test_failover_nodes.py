@@ -30,7 +30,7 @@ import pytest
 from controller_runtime.envtest.node.cluster import LocalCluster
 from tests.e2e import ha
 from tests.e2e.ha import BOOT_TIMEOUT, NAME, RECOVERY_TIMEOUT, ROUNDS, app_log
-from tests.e2e.operator import leader, operator_pods
+from tests.e2e.operator import leader_pod, operator_pods
 from tests.e2e.support import TIMINGS, diagnostics, new_namespace, wait_for
 from tests.e2e.traffic import double_primaries, start_app, write_gap
 
@@ -75,7 +75,7 @@ def leader_on(cluster: LocalCluster, node: str) -> bool:
     """Whether the operator's leader (the Pod holding its Lease) runs on ``node``. When it
     does, a fault of that node also costs the leader: the failover starts only once a
     follower has taken the Lease (docs/e2e.md, "High availability")."""
-    holder = leader(cluster).split("_", 1)[0]
+    holder = leader_pod(cluster)
     for pod in operator_pods(cluster):
         meta, spec = pod["metadata"], pod["spec"]
         assert isinstance(meta, dict) and isinstance(spec, dict)

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 
 from controller_runtime.envtest.node.cluster import LocalCluster
-from tests.e2e.operator import leader, operator_pods, overlay, ready_replicas
+from tests.e2e.operator import leader_pod, operator_pods, overlay, ready_replicas
 from tests.e2e.operator_logs import LogFollower, leadership, overlap
 from tests.e2e.support import (
     OPERATOR_NAMESPACE,
@@ -51,7 +51,7 @@ def _pod_images(cluster: LocalCluster) -> dict[str, str]:
 
 def _rolled(cluster: LocalCluster, image: str, old: set[str]) -> bool:
     pods = _pod_images(cluster)
-    holder = leader(cluster).split("_")[0]
+    holder = leader_pod(cluster)
     return (
         len(pods) == 2
         and not old & pods.keys()
@@ -76,9 +76,7 @@ def test_rolling_upgrade_hands_the_lease_over_with_no_two_leaders(
     cluster: LocalCluster, operator: str
 ) -> None:
     wait_for(
-        lambda: (
-            ready_replicas(cluster) == 2 and leader(cluster).split("_")[0] in _pod_images(cluster)
-        ),
+        lambda: ready_replicas(cluster) == 2 and leader_pod(cluster) in _pod_images(cluster),
         f"deployment {OPERATOR_NAMESPACE}/crpy-operator: 2 ready replicas and a leader",
         180,
         lambda: _describe(cluster),
@@ -145,7 +143,7 @@ def test_rolling_upgrade_hands_the_lease_over_with_no_two_leaders(
     assert old <= logs.keys(), context
     assert leaders and leaders[0].pod in old, context
     assert leaders[-1].pod in new, context
-    assert leaders[-1].pod == leader(cluster).split("_")[0], context
+    assert leaders[-1].pod == leader_pod(cluster), context
     problem = overlap(leaders)
     assert problem is None, f"two replicas could reconcile at once: {problem}\n{context}"
     handover = next((b, a) for b, a in itertools.pairwise(leaders) if a.pod in new)
