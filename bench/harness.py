@@ -68,6 +68,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.cpus import CoreSplit, parse_split
+from bench.cpus import apply as apply_split
 from bench.kube import TaskObserver, churn, create_tasks, task_name
 from bench.procs import Child, cpu_seconds
 from bench.report import Result
@@ -126,6 +128,7 @@ class Settings:
     webhook_rate: float = 100.0
     webhook_seconds: float = 20.0
     webhook_json: Path = Path("webhook.json")
+    split_cores: CoreSplit | None = None
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -247,6 +250,13 @@ def parser() -> argparse.ArgumentParser:
         "decodes every event, at --workers requests in flight (the row limit-watch)",
     )
     p.add_argument(
+        "--split-cores",
+        metavar="SERVER:CLIENT",
+        help="pin the control plane to the cores before the colon and the harness with the "
+        "implementations it starts to those after it, e.g. 0:1 (bench/cpus.py; default: "
+        "everything shares every core)",
+    )
+    p.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -309,6 +319,10 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
     if unknown:
         p.error(f"unknown: {', '.join(unknown)}")
     objects = args.objects or (1000 if args.quick else 10000)
+    try:
+        split = parse_split(args.split_cores) if args.split_cores else None
+    except ValueError as e:
+        p.error(str(e))
     core = args.core_objects or ((20000,) if args.quick else (100_000, 1_000_000))
     return Settings(
         scenarios=tuple(s for s in SCENARIOS if s in args.scenarios),
@@ -342,6 +356,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         webhook_rate=args.webhook_rate,
         webhook_seconds=args.webhook_seconds or (5.0 if args.quick else 20.0),
         webhook_json=args.webhook_json,
+        split_cores=split,
     )
 
 
@@ -523,6 +538,9 @@ class Cluster:
             "implementation": implementation,
             "objects": self.settings.objects,
             "version": version_of(implementation, self.versions),
+            **(
+                {"cores": self.settings.split_cores.describe()} if self.settings.split_cores else {}
+            ),
         }
 
 
@@ -916,6 +934,9 @@ def _run_cluster_scenarios(settings: Settings) -> list[Result]:
     gates = {"ShardedListAndWatch": True} if settings.restart_shards else {}
     with ControlPlane(storage_args=etcd_args, feature_gates=gates) as plane:
         cluster = Cluster(cluster_settings, plane.kubeconfig, plane.pids())
+        if settings.split_cores:
+            apply_split(settings.split_cores, plane.pids())
+            say(settings.split_cores.describe())
         cluster.go_binary = go_binary
         cluster.plane = plane
         cluster.etcd_url = plane.etcd_url
