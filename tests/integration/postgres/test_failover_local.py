@@ -47,7 +47,8 @@ from tests.support import CONTROLLER_MANAGER
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.plays(
-        "the kubelet (writes the members' Pods' status on a node that does not exist)",
+        "the kubelet of a missing node (writes its Pods' status; the pod garbage collector"
+        " force-deletes such Pods)",
         by=CONTROLLER_MANAGER,
     ),
 ]
