@@ -456,6 +456,7 @@ class Cluster:
                 f"--stamp={launch.stamp}",
                 f"--rounds={launch.rounds}",
                 f"--workers={workers}",
+                f"--cache-sync-timeout={self.settings.timeout}",
             ]
             if launch.implementation == "ours-echoes":
                 command.append("--reconcile-echoes")
@@ -472,6 +473,7 @@ class Cluster:
                 f"-stamp={launch.stamp}",
                 f"-rounds={launch.rounds}",
                 f"-workers={workers}",
+                f"-cache-sync-timeout={self.settings.timeout}s",
             ]
             if launch.metrics_port is not None:
                 command.append(f"-metrics-bind-address=127.0.0.1:{launch.metrics_port}")

@@ -41,6 +41,11 @@ REPO = Path(__file__).resolve().parents[1]
 # -- a replica ------------------------------------------------------------------------------
 
 
+REPLICA_SYNC_TIMEOUT = 3600.0
+"""Seconds a replica's initial list may take: the driver's own timeout bounds the run, and a
+replica's share of a million objects can take longer than the runtime's default 120 s."""
+
+
 async def replica(  # noqa: PLR0917 (a bench entry point)
     kubeconfig: str, namespace: str, ring: str, identity: str, out: Path, settle: float | None
 ) -> int:
@@ -62,10 +67,15 @@ async def replica(  # noqa: PLR0917 (a bench entry point)
             metrics_bind_address=None,
             health_probe_bind_address=None,
             shard_ring=ShardRingConfig(ring, namespace, identity=identity, settle=settle),
+            cache_sync_timeout=REPLICA_SYNC_TIMEOUT,
         ),
     )
     sharded = await setup_sharded_task_controller(
-        manager, manager.client, options=ControllerOptions(max_concurrent_reconciles=4)
+        manager,
+        manager.client,
+        options=ControllerOptions(
+            max_concurrent_reconciles=4, cache_sync_timeout=REPLICA_SYNC_TIMEOUT
+        ),
     )
     inner = TaskReconciler(manager.client)
     seen: set[str] = set()

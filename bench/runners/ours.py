@@ -87,9 +87,12 @@ async def run(args: argparse.Namespace) -> int:
             metrics_bind_address=args.metrics_bind_address,
             health_probe_bind_address=None,
             cache_memory_limit=args.memory_limit,
+            cache_sync_timeout=args.cache_sync_timeout,
         ),
     )
-    options = ControllerOptions(max_concurrent_reconciles=args.workers)
+    options = ControllerOptions(
+        max_concurrent_reconciles=args.workers, cache_sync_timeout=args.cache_sync_timeout
+    )
     if args.mode == "normal":
         await setup_task_controller(manager, manager.client, options=options)
     else:
@@ -119,6 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="ManagerOptions(cache_memory_limit=BYTES): bodies above it are evicted and "
         "fetched live on a read (default: unbounded)",
+    )
+    parser.add_argument(
+        "--cache-sync-timeout",
+        type=float,
+        default=120.0,
+        help="seconds the initial list may take (ManagerOptions and ControllerOptions; the "
+        "harness passes its --timeout: a million objects take longer than the default 120)",
     )
     parser.add_argument(
         "--reconcile-echoes",

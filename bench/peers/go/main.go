@@ -176,6 +176,9 @@ func main() {
 	stamp := flag.String("stamp", "", "write-heavy: the run's stamp")
 	rounds := flag.Int("rounds", 1, "write-heavy: status writes per object")
 	workers := flag.Int("workers", 1, "MaxConcurrentReconciles")
+	cacheSyncTimeout := flag.Duration("cache-sync-timeout", 2*time.Minute,
+		"CacheSyncTimeout: how long the initial list may take (the harness passes its "+
+			"--timeout: a million objects take longer than the default 2m)")
 	metricsAddr := flag.String("metrics-bind-address", "0",
 		"the Prometheus endpoint (host:port; \"0\" = off); the restart scenario scrapes it")
 	probeAddr := flag.String("health-probe-bind-address", "0",
@@ -237,7 +240,10 @@ func main() {
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("task").
 		For(&api.Task{}, builder.WithPredicates(predicates...)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: *workers}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: *workers,
+			CacheSyncTimeout:        *cacheSyncTimeout,
+		}).
 		Complete(r)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)
