@@ -129,6 +129,7 @@ class Settings:
     webhook_seconds: float = 20.0
     webhook_json: Path = Path("webhook.json")
     split_cores: CoreSplit | None = None
+    restart_limit_seconds: float = 0.0
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -180,6 +181,14 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="restart: also run the sharded Task controller with this many replicas "
         "(server-side sharded watches; the row ours-sharded; default: 0, not run)",
+    )
+    p.add_argument(
+        "--restart-limit-seconds",
+        type=float,
+        default=0.0,
+        help="restart: stop the plain paginated LIST (the row limit) after this many seconds "
+        "and report its pages' times instead of the whole list (at a million objects the "
+        "API server serves it a page every few seconds; default 0: list it all)",
     )
     p.add_argument(
         "--memory-limit",
@@ -357,6 +366,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         webhook_seconds=args.webhook_seconds or (5.0 if args.quick else 20.0),
         webhook_json=args.webhook_json,
         split_cores=split,
+        restart_limit_seconds=args.restart_limit_seconds,
     )
 
 
@@ -493,7 +503,16 @@ class Cluster:
                 f"--namespace={launch.namespace}",
                 str(KOPF_FILE),
             ]
-        elif launch.implementation == "limit":
+        elif launch.implementation in ("limit", "listlimit"):
+            command = self._limit_command(launch)
+        else:
+            raise ValueError(launch.implementation)
+        return command, env
+
+    def _limit_command(self, launch: Launch) -> list[str]:
+        """The plain client of write-heavy (``limit``) or the paginated LIST of restart
+        (``listlimit``)."""
+        if launch.implementation == "limit":
             command = [
                 sys.executable,
                 "-m",
@@ -508,17 +527,17 @@ class Cluster:
                 command.append("--watch")
             if launch.sync_only:
                 command.append("--sync-only")
-        elif launch.implementation == "listlimit":
-            command = [
-                sys.executable,
-                "-m",
-                "bench.runners.listlimit",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--namespace={launch.namespace}",
-            ]
-        else:
-            raise ValueError(launch.implementation)
-        return command, env
+            return command
+        command = [
+            sys.executable,
+            "-m",
+            "bench.runners.listlimit",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--namespace={launch.namespace}",
+        ]
+        if self.settings.restart_limit_seconds:
+            command.append(f"--seconds={self.settings.restart_limit_seconds}")
+        return command
 
     def start(self, launch: Launch, scenario: str, repeat: int) -> Child:
         command, env = self.command(launch)
