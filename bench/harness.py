@@ -130,6 +130,7 @@ class Settings:
     webhook_json: Path = Path("webhook.json")
     split_cores: CoreSplit | None = None
     restart_limit_seconds: float = 0.0
+    restart_shard_settle: float | None = None
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -181,6 +182,14 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="restart: also run the sharded Task controller with this many replicas "
         "(server-side sharded watches; the row ours-sharded; default: 0, not run)",
+    )
+    p.add_argument(
+        "--restart-shard-settle",
+        type=float,
+        default=None,
+        help="restart: the sharded replicas' ShardRingConfig(settle=SECONDS), how long a "
+        "replica waits for the others before claiming shards (default: the runtime's, two "
+        "retry periods; docs/scaling.md says to set it above the replicas' start-up)",
     )
     p.add_argument(
         "--restart-limit-seconds",
@@ -367,6 +376,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         webhook_json=args.webhook_json,
         split_cores=split,
         restart_limit_seconds=args.restart_limit_seconds,
+        restart_shard_settle=args.restart_shard_settle,
     )
 
 

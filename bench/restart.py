@@ -318,8 +318,9 @@ async def run_sharded(cluster: Cluster, namespace: str, n: int, replicas: int) -
     assert cluster.plane is not None
     out = cluster.settings.logs_dir / "sharded"
     out.mkdir(parents=True, exist_ok=True)
+    s = cluster.settings
     ring = await run_ring(
-        cluster.plane, namespace, replicas, n, out, cluster.settings.timeout, None, proxied=False
+        cluster.plane, namespace, replicas, n, out, s.timeout, s.restart_shard_settle, proxied=False
     )
     peaks = [int(mib * 2**20) for mib in ring["peak_rss_mib"]]
     cpus = [c for c in ring["cpu_seconds"] if c is not None]
@@ -331,6 +332,7 @@ async def run_sharded(cluster: Cluster, namespace: str, n: int, replicas: int) -
         "peak_rss_bytes": max(peaks),
         "cpu_seconds": sum(cpus) if cpus else None,
         "replicas": replicas,
+        "settle": s.restart_shard_settle,
         "replica_peak_rss_bytes": peaks,
         "replica_cached_objects": ring["cached_objects"],
         "complete": True,
