@@ -35,6 +35,13 @@ Guarantees:
   line is read, and nothing but cancellation can interrupt the hand-off (the idle timer is
   off during it). Caveat: if the reflector itself crashes during a hand-off (a bug), the
   restarted reflector relists, and the relist only reports what differs from the store.
+* A watch that gets no response (connecting, TLS, the status line and headers) within
+  :data:`WATCH_HANDSHAKE_TIMEOUT` counts as failed, so a stalled handshake never hangs an
+  informer. A streaming list gets the watch's whole idle window instead (its
+  ``timeoutSeconds`` plus the idle margin): the API server computes the initial events
+  before it answers, which for hundreds of thousands of objects on a busy server takes
+  longer than the plain watch's bound, and giving up there means a paginated LIST instead,
+  slower and held whole in memory.
 """
 
 from __future__ import annotations
@@ -85,6 +92,19 @@ DeltaSink = Callable[[Sequence[StoreDelta], bool], Awaitable[None]]
 
 METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+
+WATCH_HANDSHAKE_TIMEOUT = 30.0
+"""Seconds a plain watch request may take to be answered (connection, TLS, headers)."""
+
+
+def handshake_timeout(params: dict[str, str], idle_timeout_seconds: float) -> float:
+    """How long a watch with query ``params`` may take to be answered: a streaming list
+    (``sendInitialEvents``) its whole idle window, any other watch at most
+    :data:`WATCH_HANDSHAKE_TIMEOUT` (module docs)."""
+    if "sendInitialEvents" in params:
+        return idle_timeout_seconds
+    return min(idle_timeout_seconds, WATCH_HANDSHAKE_TIMEOUT)
+
 
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, RuntimeError)
 """What a LIST or a watch may raise when the connection fails. ``OSError`` covers
@@ -365,7 +385,8 @@ class Reflector:
             # One timer covers the whole stream: connecting and the response headers first
             # (a stalled handshake must not hang forever), then every read, re-armed on each
             # chunk (HTTP/1.1 has no pings; silence this long means a half-open connection).
-            async with asyncio.timeout(min(request.idle_timeout_seconds, 30.0)) as idle:
+            handshake = handshake_timeout(params, request.idle_timeout_seconds)
+            async with asyncio.timeout(handshake) as idle:
                 async with self.transport.stream(self._path, params, headers=headers) as response:
                     started = True
                     self._watches_open.inc()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import ssl
 import time
 import uuid
@@ -18,7 +19,7 @@ import pytest
 from controller_runtime.envtest import ControlPlane, use_existing_cluster
 from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.predicates import GenerationChanged
-from informers import metrics
+from informers import metrics, reflector
 from informers.reflector_machine import ReflectorOptions
 from informers.shared import InformerFactory, SharedInformer
 from informers.store import StoreDelta
@@ -881,3 +882,53 @@ async def test_watch_latency_delays_the_watch_and_not_the_reads(
         finally:
             opening_proxy.watch_latency = 0.0
             await informer.stop()
+
+
+async def test_a_streaming_list_waits_for_a_slow_answer_and_a_plain_watch_does_not(
+    admin_config: ClusterConfig,
+    opening_proxy: FaultProxy,
+    transport: Transport,
+    namespace: str,
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The API server answers a streaming list only once it has its initial events, which at
+    a million objects took longer than a plain watch's handshake bound. With every watch
+    answer held back longer than that bound (scaled down here): the streaming list waits
+    and syncs without falling back to LIST, while a plain watch still gives up at the
+    bound."""
+    monkeypatch.setattr(reflector, "WATCH_HANDSHAKE_TIMEOUT", 0.5)
+    opening_proxy.watch_latency = 2.0
+    resource = await Discovery(transport).resolve("v1", "ConfigMap")
+    await transport.request(
+        "POST", f"/api/v1/namespaces/{namespace}/configmaps", body=configmap("present")
+    )
+    caplog.set_level(logging.DEBUG, logger="informers")
+    async with Transport(_via(admin_config, opening_proxy)) as proxied:
+        streaming = SharedInformer(proxied, resource, namespace=namespace)
+        streaming.start()
+        try:
+            assert await streaming.wait_for_sync(30)
+            assert f"{namespace}/present" in streaming.store
+        finally:
+            await streaming.stop()
+        assert "falling back to LIST" not in caplog.text
+        assert "no response to the watch request" not in caplog.text
+
+        plain = SharedInformer(
+            proxied,
+            resource,
+            namespace=namespace,
+            options=ReflectorOptions(streaming_list=False),
+        )
+        plain.start()
+        try:
+            assert await plain.wait_for_sync(30)  # a LIST: not held back
+            await eventually(
+                lambda: "no response to the watch request" in caplog.text,
+                timeout=30,
+                what="the plain watch to give up at its handshake bound",
+            )
+        finally:
+            await plain.stop()
