@@ -20,7 +20,11 @@ is then peak minus that, over N), ``reconcile_errors`` (of the reconciles counte
 ``result="error"``, from the last scrape), ``memory_limit`` and ``fetches_on_miss`` (the
 ``ours-budget`` row's budget, and its ``cache_fetch_on_miss_total`` at the end),
 ``setup_seconds`` (creating the N reconciled Tasks, not
-measured) and, for its limit, ``list_bytes`` (the LIST's bytes on the wire). The startup
+measured), ``apiserver_rss_bytes``/``etcd_rss_bytes`` (at the end of the row), for its
+limit ``list_bytes`` (the LIST's bytes on the wire), ``listed``, ``pages`` and
+``page_seconds`` (first, p50, max; with ``--restart-limit-seconds`` the list may stop early),
+and for ``ours-sharded`` ``replicas``, ``replica_peak_rss_bytes`` and ``settle``. ``cores``
+says how ``--split-cores`` pinned the run. The startup
 scenario: ``seconds`` from exec to the first reconcile (to ready at 0 objects; ``per_second``
 is its inverse), ``ready_seconds``, ``first_reconcile_seconds``, ``all_reconciled_seconds``,
 at 0 objects ``idle_rss_bytes`` and ``reconcile_after_create_seconds``, and for the Python
@@ -93,6 +97,11 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "replica_cached_objects": (list,),
     "etcd_rss_bytes": (int,),
     "apiserver_rss_bytes": (int,),
+    "cores": (str,),
+    "listed": (int,),
+    "pages": (int, type(None)),
+    "page_seconds": (dict, type(None)),
+    "settle": (int, float, type(None)),
 }
 
 SCENARIO_ORDER = ("sync", "churn", "write-heavy", "restart", "startup", "core")
