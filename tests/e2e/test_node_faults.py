@@ -10,7 +10,6 @@ after it get the whole cluster."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import time
 from collections.abc import Iterator
@@ -62,17 +61,15 @@ def _node_condition(cluster: LocalCluster, name: str) -> dict[str, str]:
     return dict(json.loads(out))
 
 
-def _started_since(cluster: LocalCluster, namespace: str, name: str, since: float) -> bool:
-    """Whether the Pod's container runs and started at or after ``since`` (``time.time()``;
-    RFC 3339 times have whole seconds). A new sandbox may reset the restart count: the start
-    time says it either way."""
+def _running_container(cluster: LocalCluster, namespace: str, name: str) -> str | None:
+    """The ID of the Pod's running container (``None`` while none runs). Every container the
+    kubelet starts gets a new ID, so a changed ID says it started anew; start times cannot,
+    since they have whole seconds and a Pod may start and be killed within one."""
     statuses = pod(cluster, namespace, name)["status"].get("containerStatuses") or []
     for entry in statuses:
-        started_at = ((entry.get("state") or {}).get("running") or {}).get("startedAt")
-        if started_at:
-            when = datetime.datetime.fromisoformat(started_at.replace("Z", "+00:00"))
-            return when.timestamp() >= int(since)
-    return False
+        if (entry.get("state") or {}).get("running") and entry.get("containerID"):
+            return str(entry["containerID"])
+    return None
 
 
 @pytest.mark.parametrize("containers", ["freeze", "kill"])
@@ -82,6 +79,8 @@ def test_a_lost_node_turns_not_ready_then_comes_back(
     web = serve_on(cluster3, namespace, VICTIM, images.operator)
     wait_ready(cluster3, namespace, web)
     node = cluster3.node(VICTIM)
+    before = _running_container(cluster3, namespace, web)
+    assert before is not None, f"pod {web} is Ready without a running container"
 
     node.lose(containers="freeze" if containers == "freeze" else "kill")
     seconds = node.wait_ready("Unknown", timeout=NOT_READY_BOUND)
@@ -103,7 +102,6 @@ def test_a_lost_node_turns_not_ready_then_comes_back(
     )
 
     started = time.monotonic()
-    restored_at = time.time()
     node.restore()
     TIMINGS[f"node_lost_{containers}_restore_to_ready"] = node.wait_ready("True", timeout=180)
     wait_ready(cluster3, namespace, web)
@@ -111,11 +109,11 @@ def test_a_lost_node_turns_not_ready_then_comes_back(
     if containers == "freeze":
         restarted = restarts(cluster3, namespace, web)
         assert restarted == 0, f"pod {web} was frozen, not killed: {restarted} restarts"
-        assert not _started_since(cluster3, namespace, web, restored_at), (
+        assert _running_container(cluster3, namespace, web) == before, (
             f"pod {web} was frozen, yet its container started anew"
         )
     else:
-        assert _started_since(cluster3, namespace, web, restored_at), (
+        assert _running_container(cluster3, namespace, web) not in (before, None), (
             f"pod {web}'s container was killed with the node, yet it runs on: "
             f"{pod(cluster3, namespace, web)['status']}"
         )
@@ -167,12 +165,13 @@ def test_killed_containers_are_restarted_by_their_kubelet(
     wait_ready(cluster3, namespace, web)
     node = cluster3.node(target)
 
-    killed_at = time.time()
+    before = _running_container(cluster3, namespace, web)
+    assert before is not None, f"pod {web} is Ready without a running container"
     killed = node.kill_containers()
     assert killed >= 2, f"node {target}: only {killed} processes in its Pods (sandbox + web)"
     wait_for(
         lambda: (
-            _started_since(cluster3, namespace, web, killed_at)
+            _running_container(cluster3, namespace, web) not in (before, None)
             and pod_ready(cluster3, namespace, web) == "True"
         ),
         f"pod {namespace}/{web} started again by the kubelet of {target} and Ready",
