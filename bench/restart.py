@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import orjson
 
-from bench.procs import Child
+from bench.procs import Child, cpu_seconds
 from bench.report import Result
 from bench.scrape import Progress, scrape
 
@@ -272,12 +272,10 @@ QUIET_LONGEST = 900.0
 
 async def wait_for_quiet_server(cluster: Cluster) -> float:
     """Wait until the control plane has digested a bulk load: an API server that has just
-    taken a million objects through its etcd watch keeps both cores busy for minutes
-    (decoding them into its watch cache, collecting garbage), and the first implementation
-    to restart would pay for it. Returns the seconds waited (at most ``QUIET_LONGEST``;
-    immediately when the server's CPU is not readable)."""
-    from bench.procs import cpu_seconds  # noqa: PLC0415
-
+    taken a million objects through its etcd watch kept both cores busy for about two
+    minutes here (not traced further; most likely filling its watch cache), and the first
+    implementation to restart would pay for it. Returns the seconds waited (at most
+    ``QUIET_LONGEST``; immediately when the server's CPU is not readable)."""
     started = time.monotonic()
     before = cpu_seconds(cluster.server_pids)
     while before is not None and time.monotonic() - started < QUIET_LONGEST:
