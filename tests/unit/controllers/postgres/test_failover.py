@@ -394,6 +394,8 @@ class World:
     acked: int = 0
     """The highest acknowledged LSN (of the lineage the primary Service served)."""
     acked_timeline: int = 1
+    acked_history: tuple[tuple[int, int], ...] = ()
+    """The timelines before ``acked_timeline`` in the acknowledged lineage, as in ``Member``."""
     lost_acks: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -475,13 +477,18 @@ class World:
         m.source = p.name
 
     def check_promotion(self, m: Member) -> None:
-        """A promoted member must hold every acknowledged commit (zero-loss mode)."""
-        lineage = dict(m.history)
-        end = lineage.get(self.acked_timeline, m.lsn if m.timeline == self.acked_timeline else 0)
+        """A promoted member must hold every acknowledged commit (zero-loss mode): its lineage
+        and the acknowledged one must agree up to the last acknowledged LSN. Two lineages agree
+        up to the end of the newest timeline they share, on both (timelines are never
+        reused: each promotion takes a new number)."""
+        mine = {**dict(m.history), m.timeline: m.lsn}
+        acked = {**dict(self.acked_history), self.acked_timeline: self.acked}
+        shared = mine.keys() & acked.keys()
+        end = min(mine[max(shared)], acked[max(shared)]) if shared else 0
         if end < self.acked:
             self.lost_acks.append(f"{m.name} promoted at {end} < acked {self.acked}")
         self.acked = min(self.acked, end)
-        self.acked_timeline = m.timeline
+        self.acked_timeline, self.acked_history = m.timeline, m.history
 
     # -- faults and traffic ---------------------------------------------------------------------
 
@@ -515,7 +522,7 @@ class World:
         if p.timeline == self.acked_timeline:
             self.acked = max(self.acked, p.lsn)
         else:
-            self.acked, self.acked_timeline = p.lsn, p.timeline
+            self.acked, self.acked_timeline, self.acked_history = p.lsn, p.timeline, p.history
 
     def replicate(self, index: int, amount: int) -> None:
         s = list(self.members.values())[index % len(self.members)]
