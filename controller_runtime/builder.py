@@ -354,6 +354,9 @@ class ControllerBuilder:
             for_predicates: tuple[PredicateLike, ...] = main.predicates
             if echoes is not None:
                 for_predicates = (*for_predicates, echoes)
+                # A delta it held that was not our echo after all has passed every other
+                # predicate already: it goes straight to the handler.
+                echoes.deliver_to(main.handler.bind(controller.queue))
             self._register(controller, main_entry, main.handler, for_predicates)
         for watch, entry in zip(self._watches, entries, strict=True):
             handler = watch.handler

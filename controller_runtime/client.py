@@ -537,6 +537,7 @@ class Client:
             body=body,
             dry_run=dry_run,
             precondition=_precondition(body),
+            target=(namespace, name),
         )
         return _typed(cls, answer)
 
@@ -585,6 +586,7 @@ class Client:
             content_type=PATCH_CONTENT_TYPES[patch_type],
             dry_run=dry_run,
             precondition=_patch_precondition(patch, patch_type),
+            target=(namespace, name),
         )
         return _typed(cls, answer)
 
@@ -655,6 +657,7 @@ class Client:
             resource,
             body=body,
             precondition=_precondition(body),
+            target=(namespace, name),
         )
         return _typed(cls, answer)
 
@@ -699,6 +702,7 @@ class Client:
             body=_patch_body(patch, patch_type),
             content_type=PATCH_CONTENT_TYPES[patch_type],
             precondition=_patch_precondition(patch, patch_type),
+            target=(namespace, name),
         )
         return _typed(cls, answer)
 
@@ -1037,30 +1041,42 @@ class Client:
         dry_run: bool = False,
         params: Mapping[str, str] | None = None,
         precondition: str | None = None,
+        target: tuple[str | None, str] | None = None,
     ) -> Obj:
         """Send one write; record its answer (``precondition``: the resourceVersion the write
-        required, when it required one)."""
+        required, when it required one; ``target``: the namespace and name it writes)."""
         query = dict(params or {"fieldManager": self.field_manager})
         if dry_run:
             query["dryRun"] = "All"
-        answer = await _request(
-            self.transport,
-            method,
-            path,
-            params=query,
-            body=body,
-            content_type=content_type,
-            timeout=self.timeout,
-        )
-        _log_warnings(answer)
-        result: Obj = answer.json()
+        echoes, ticket = None, None
+        if precondition and target is not None and not dry_run:
+            context = CURRENT_RECONCILE.get()
+            if context is not None and context.echoes is not None:
+                echoes = context.echoes
+                ticket = echoes.expect(context.request, resource, *target, precondition)
+        try:
+            answer = await _request(
+                self.transport,
+                method,
+                path,
+                params=query,
+                body=body,
+                content_type=content_type,
+                timeout=self.timeout,
+            )
+            _log_warnings(answer)
+            result: Obj = answer.json()
+        except BaseException:
+            if echoes is not None and ticket is not None:
+                echoes.failed(ticket)
+            raise
+        if echoes is not None and ticket is not None:
+            echoes.answered(ticket, result)
         if not dry_run:
-            self._recorded_write(resource, result, precondition)
+            self._recorded_write(resource, result)
         return result
 
-    def _recorded_write(
-        self, resource: ResourceInfo, obj: Mapping[str, Any], precondition: str | None = None
-    ) -> None:
+    def _recorded_write(self, resource: ResourceInfo, obj: Mapping[str, Any]) -> None:
         if self._overlay is not None:
             self._overlay.remember_write(resource.api_version, resource.kind, obj)
         context = CURRENT_RECONCILE.get()
@@ -1068,8 +1084,6 @@ class Client:
             return
         if context.guard is not None:
             context.guard.record_write(context.request, resource, obj)
-        if context.echoes is not None and precondition:
-            context.echoes.record(context.request, resource, precondition, obj)
 
     def _recorded_delete(
         self, resource: ResourceInfo, namespace: str | None, name: str, uid: str | None

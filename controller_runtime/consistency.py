@@ -476,6 +476,11 @@ def _rv(obj: Mapping[str, Any] | None) -> str | None:
     return rv if isinstance(rv, str) else None
 
 
+EchoTicket = tuple[str, str]
+"""A conditioned write of a reconcile's own object, in flight: (the object's store key, the
+resourceVersion the write required)."""
+
+
 class OwnWriteEchoes:
     """Drops the watch events that only echo the controller's own writes of its objects.
 
@@ -484,24 +489,35 @@ class OwnWriteEchoes:
     second time; for a reconciler that converges in one pass (the next reconcile would write
     nothing), that second reconcile is pure cost. With
     ``ControllerOptions(skip_own_write_echoes=True)`` the builder puts this filter on the
-    controller's ``for_`` kind, and the client reports (:meth:`record`) every write made while
-    reconciling an object, **conditioned on a resourceVersion** (``update``,
-    ``update_status``, or a merge patch carrying ``metadata.resourceVersion``), of that same
-    object. A ``MODIFIED`` delta from exactly the required resourceVersion to exactly the one
-    the write returned is then dropped (:func:`is_own_echo`); every other delta passes.
+    controller's ``for_`` kind, and the client reports every write made while reconciling an
+    object, **conditioned on a resourceVersion** (``update``, ``update_status``, or a merge
+    patch carrying ``metadata.resourceVersion``), of that same object: before sending it
+    (:meth:`expect`), then with its answer (:meth:`answered`) or its failure (:meth:`failed`).
+    A ``MODIFIED`` delta from exactly the required resourceVersion to exactly the one the write
+    returned is dropped (:func:`is_own_echo`); every other delta passes.
 
-    What it guarantees: no change made by anyone else is dropped (a conditioned write proves
-    nothing came between). An unconditioned write (``apply``, a patch without a
-    resourceVersion) is never skipped. A write's echo that arrives before the client has
-    recorded the write is not skipped (one extra reconcile, as without this filter).
+    The echo often reaches the cache before the write's answer reaches the client: both leave
+    the server at once. A ``MODIFIED`` delta from the required version of a write still in
+    flight is therefore **held**: it is our echo if the write succeeds and returns that
+    delta's new version (then it is dropped), and someone else's change otherwise (then it is
+    delivered, through the handler given to :meth:`deliver_to`, as soon as that is known).
+    Without such a handler (the filter used as a plain predicate) nothing is held, and an echo
+    that outruns its answer passes.
+
+    What it guarantees: no change made by anyone else is dropped (a conditioned write that
+    succeeded proves nothing came between; one that failed, was cancelled or whose outcome is
+    unknown delivers what it held). An unconditioned write (``apply``, a patch without a
+    resourceVersion) is never skipped. A held change is delivered late by at most its write's
+    round trip, during which that object is being reconciled anyway.
 
     **Caveat**: the reconcile of the controller's own write does not run. A reconciler that
     relies on it (writes a first step, for example adds a finalizer, and returns, counting on
     the update event to call it again) must requeue explicitly, or leave this off (the default).
 
     Memory: a record per written object until its echo (or any later change) arrives, at most
-    ``max_records`` (oldest dropped first; dropping only loses a skip). ``skipped`` counts the
-    events dropped.
+    ``max_records`` (oldest dropped first; dropping only loses a skip), and one entry per write
+    in flight. ``skipped`` counts the events dropped, ``skipped_before_answer`` those of them
+    that had been held.
     """
 
     def __init__(self, resource: ResourceInfo, *, max_records: int = 100_000) -> None:
@@ -509,26 +525,70 @@ class OwnWriteEchoes:
         self.namespaced = resource.namespaced
         self.max_records = max_records
         self.skipped = 0
+        self.skipped_before_answer = 0
         self._chains: dict[str, EchoChain] = {}
+        # Per object key: the preconditions of its writes in flight (how many on each), and
+        # the delta held for each precondition, if one came.
+        self._in_flight: dict[str, dict[str, int]] = {}
+        self._held: dict[str, dict[str, StoreDelta]] = {}
+        self._deliver: Callable[[StoreDelta, bool], None] | None = None
 
     def __len__(self) -> int:
         return len(self._chains)
 
-    def record(
-        self, request: Request, resource: ResourceInfo, precondition: str, obj: Mapping[str, Any]
-    ) -> None:
-        """A write of ``request``'s own object conditioned on ``precondition`` was answered with
-        ``obj``. Writes of other objects, or of another kind, are ignored."""
-        if resource.group_resource != self.group_resource:
+    @property
+    def writes_in_flight(self) -> int:
+        return sum(sum(flights.values()) for flights in self._in_flight.values())
+
+    @property
+    def deltas_held(self) -> int:
+        return sum(len(held) for held in self._held.values())
+
+    def deliver_to(self, handler: Callable[[StoreDelta, bool], None]) -> None:
+        """Where a held delta goes when it turns out not to be our echo: the ``for_``
+        handler bound without this filter (the builder sets it). Until set, nothing is held."""
+        self._deliver = handler
+
+    def expect(
+        self,
+        request: Request,
+        resource: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        precondition: str,
+    ) -> EchoTicket | None:
+        """A write of ``namespace/name`` conditioned on ``precondition`` is about to be sent
+        while reconciling ``request``. ``None`` unless it writes ``request``'s own object of
+        this kind; otherwise the ticket to pass, exactly once, to :meth:`answered` or
+        :meth:`failed`."""
+        if resource.group_resource != self.group_resource or not precondition:
+            return None
+        namespace = (namespace or "") if self.namespaced else ""
+        if name != request.name or namespace != request.namespace:
+            return None
+        key = f"{namespace}/{name}" if namespace else name
+        flights = self._in_flight.setdefault(key, {})
+        flights[precondition] = flights.get(precondition, 0) + 1
+        return key, precondition
+
+    def answered(self, ticket: EchoTicket, obj: Mapping[str, Any]) -> None:
+        """The write of ``ticket`` succeeded with ``obj``: its echo, held or still to come, is
+        dropped."""
+        key, precondition = ticket
+        still_in_flight = self._land(key, precondition)
+        written = (obj.get("metadata") or {}).get("resourceVersion")
+        held = self._held.get(key)
+        echo = held.get(precondition) if held is not None else None
+        if echo is not None:
+            if isinstance(written, str) and _rv(echo.obj) == written:
+                self._unhold(key, precondition)
+                self.skipped += 1
+                self.skipped_before_answer += 1
+            elif not still_in_flight:  # a write that changed nothing: the held change is not ours
+                self._release(key, precondition)
             return
-        meta = obj.get("metadata") or {}
-        namespace = (meta.get("namespace") or "") if self.namespaced else ""
-        if meta.get("name") != request.name or namespace != request.namespace:
+        if not isinstance(written, str) or not written:
             return
-        written = meta.get("resourceVersion")
-        if not precondition or not isinstance(written, str) or not written:
-            return
-        key = f"{namespace}/{request.name}" if namespace else request.name
         chains = self._chains
         chain = chains.get(key)
         if chain is None:
@@ -538,23 +598,82 @@ class OwnWriteEchoes:
         else:
             chain[precondition] = written
 
+    def failed(self, ticket: EchoTicket) -> None:
+        """The write of ``ticket`` failed, was cancelled, or its outcome is unknown: the delta
+        it held, if any, is delivered (once no other write on that precondition is in flight)."""
+        key, precondition = ticket
+        if not self._land(key, precondition):
+            self._release(key, precondition)
+
+    def record(
+        self, request: Request, resource: ResourceInfo, precondition: str, obj: Mapping[str, Any]
+    ) -> None:
+        """A write of ``request``'s own object conditioned on ``precondition`` was answered with
+        ``obj``: :meth:`expect` and :meth:`answered` at once, for a write not announced before
+        it was sent. Writes of other objects, or of another kind, are ignored."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not isinstance(name, str):
+            return
+        ticket = self.expect(request, resource, meta.get("namespace"), name, precondition)
+        if ticket is not None:
+            self.answered(ticket, obj)
+
     def __call__(self, delta: StoreDelta) -> bool:
-        """The predicate: ``False`` (drop) for the echo of a recorded write, else ``True``."""
+        """The predicate: ``False`` (drop, or hold) for the echo of a write of ours, else
+        ``True``."""
         chains = self._chains
-        if not chains:
+        if not chains and not self._in_flight:
             return True
-        chain = chains.get(delta.key)
-        if chain is None:
-            return True
-        if delta.type == "MODIFIED" and delta.has_old:
-            old_rv = _rv(delta.old)
-            if is_own_echo(chain, old_rv, _rv(delta.obj)):
-                assert old_rv is not None
-                del chain[old_rv]
-                if not chain:
-                    del chains[delta.key]
-                self.skipped += 1
-                return False
-        # Anything else about this object: its later history is not ours alone any more.
-        del chains[delta.key]
+        key = delta.key
+        chain = chains.get(key)
+        if chain is not None:
+            if delta.type == "MODIFIED" and delta.has_old:
+                old_rv = _rv(delta.old)
+                if is_own_echo(chain, old_rv, _rv(delta.obj)):
+                    assert old_rv is not None
+                    del chain[old_rv]
+                    if not chain:
+                        del chains[key]
+                    self.skipped += 1
+                    return False
+            # Anything else about this object: its later history is not ours alone any more.
+            del chains[key]
+        flights = self._in_flight.get(key)
+        if flights is not None and self._deliver is not None and delta.type == "MODIFIED":
+            old_rv = _rv(delta.old) if delta.has_old else None
+            if old_rv is not None and old_rv in flights:
+                held = self._held.setdefault(key, {})
+                if old_rv not in held:
+                    held[old_rv] = delta
+                    return False
         return True
+
+    def _land(self, key: str, precondition: str) -> int:
+        """One write of ``key`` on ``precondition`` is no longer in flight; how many still
+        are."""
+        flights = self._in_flight.get(key)
+        if flights is None or precondition not in flights:
+            return 0
+        left = flights[precondition] - 1
+        if left:
+            flights[precondition] = left
+        else:
+            del flights[precondition]
+            if not flights:
+                del self._in_flight[key]
+        return left
+
+    def _unhold(self, key: str, precondition: str) -> StoreDelta | None:
+        held = self._held.get(key)
+        if held is None:
+            return None
+        delta = held.pop(precondition, None)
+        if not held:
+            del self._held[key]
+        return delta
+
+    def _release(self, key: str, precondition: str) -> None:
+        delta = self._unhold(key, precondition)
+        if delta is not None and self._deliver is not None:
+            self._deliver(delta, False)

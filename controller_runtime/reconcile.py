@@ -130,11 +130,24 @@ class OwnWriteRecorder(Protocol):
     """Where the client reports the conditioned writes of a reconcile (implemented by
     :class:`~controller_runtime.consistency.OwnWriteEchoes`)."""
 
-    def record(
-        self, request: Request, resource: ResourceInfo, precondition: str, obj: Mapping[str, Any]
-    ) -> None:
-        """A write conditioned on ``precondition`` (the resourceVersion it required) was
-        answered with ``obj``."""
+    def expect(
+        self,
+        request: Request,
+        resource: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        precondition: str,
+    ) -> tuple[str, str] | None:
+        """A write of ``namespace/name`` conditioned on ``precondition`` (the resourceVersion
+        it requires) is about to be sent; a ticket if it is to be followed, else ``None``."""
+        ...
+
+    def answered(self, ticket: tuple[str, str], obj: Mapping[str, Any]) -> None:
+        """The write of ``ticket`` was answered with ``obj``."""
+        ...
+
+    def failed(self, ticket: tuple[str, str]) -> None:
+        """The write of ``ticket`` failed, or its outcome is unknown."""
         ...
 
 

@@ -137,6 +137,8 @@ class FaultProxy:
     Faults: :meth:`cut_all` (abort every open connection now), :meth:`cut_after` (let each
     open connection pass ``n`` more server-to-client bytes, then abort it: a cut mid-stream),
     :meth:`freeze`/:meth:`thaw` (stop moving bytes, as a half-open connection would),
+    :meth:`hold_answers`/:meth:`release_answers` (stop moving server-to-client bytes only:
+    requests reach the server and take effect, their answers wait),
     :attr:`refuse` (close new connections at once), and :attr:`latency` (seconds added to
     every server-to-client byte, in order: a lagging informer). With TLS terminated (see the
     module docstring), :meth:`inject_line` adds a line to every open chunked response, and
@@ -166,6 +168,8 @@ class FaultProxy:
         self._links: set[_Link] = set()
         self._flowing = asyncio.Event()
         self._flowing.set()
+        self._answering = asyncio.Event()
+        self._answering.set()
         self._server: asyncio.Server | None = None
         self.port = 0
 
@@ -213,6 +217,12 @@ class FaultProxy:
 
     def thaw(self) -> None:
         self._flowing.set()
+
+    def hold_answers(self) -> None:
+        self._answering.clear()
+
+    def release_answers(self) -> None:
+        self._answering.set()
 
     def _latency_of(self, link: _Link) -> float:
         watching = link.requests is not None and link.requests.watching
@@ -292,6 +302,8 @@ class FaultProxy:
                 data = await reader.read(65536)
                 # Frozen: nothing moves, not even the end of a stream (a half-open connection).
                 await self._flowing.wait()
+                if downstream:
+                    await self._answering.wait()
                 if not data:
                     break
                 if downstream and link.budget is not None:

@@ -12,8 +12,10 @@ already started.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import pytest
@@ -22,12 +24,15 @@ from controller_runtime import metrics
 from controller_runtime.builder import ControllerBuilder
 from controller_runtime.cache import Cache
 from controller_runtime.controller import Controller
+from controller_runtime.envtest import ControlPlane
+from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.handlers import EnqueueRequestsFromMapFunc
 from controller_runtime.predicates import GenerationChanged, LabelSelectorPredicate
 from controller_runtime.reconcile import Request, Result
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
-from kubeclient.errors import NotFoundError
+from kubeclient.config import ClusterConfig
+from kubeclient.errors import ConflictError, NotFoundError
 from kubeclient.transport import Transport
 
 pytestmark = pytest.mark.integration
@@ -446,7 +451,7 @@ async def test_the_echo_of_an_own_conditioned_write_is_not_reconciled_with_the_o
     from controller_runtime.consistency import OwnWriteEchoes  # noqa: PLC0415
 
     client = Client(transport, cache)
-    seen = Seen()
+    seen, answered = Seen(), Seen()
     n = 10
 
     async def reconcile(request: Request) -> None:
@@ -455,7 +460,7 @@ async def test_the_echo_of_an_own_conditioned_write_is_not_reconciled_with_the_o
         if (obj.get("status") or {}).get("state") != "Done":
             rv = obj["metadata"]["resourceVersion"]
             status = {"metadata": {"resourceVersion": rv}, "status": {"state": "Done"}}
-            await client.patch_status(obj, status)
+            answered.add(request, await client.patch_status(obj, status))
 
     ctrl = await (
         ControllerBuilder(cache)
@@ -483,19 +488,18 @@ async def test_the_echo_of_an_own_conditioned_write_is_not_reconciled_with_the_o
 
     # Once every echo has reached the controller, each reconcile it caused is queued or running.
     await watcher.wait_for(lambda _: echoed() == set(names))
+    # With the option, every echo is dropped, whether it came before or after its answer.
+    expected = n if skip else 2 * n
+    await seen.wait_total(expected)
+    await answered.wait_total(n)
     if skip:
         assert isinstance(ctrl.echoes, OwnWriteEchoes)
-        skipped = ctrl.echoes.skipped
-        # An echo that outran the write's own answer is reconciled, as without the option; the
-        # answer normally comes first.
-        assert skipped >= 1
+        assert ctrl.echoes.skipped == n
+        assert (ctrl.echoes.writes_in_flight, ctrl.echoes.deltas_held) == (0, 0)
     else:
         assert ctrl.echoes is None
-        skipped = 0
-    expected = 2 * n - skipped
-    await seen.wait_total(expected)
     for name in names:
-        assert seen.count(name) in (1, 2)
+        assert seen.count(name) == expected // n
     assert len(seen.entries) == expected
     assert len(ctrl.queue) == 0
 
@@ -504,3 +508,173 @@ async def test_the_echo_of_an_own_conditioned_write_is_not_reconciled_with_the_o
     await patch(transport, tasks_path(namespace, "t0"), {"spec": {"priority": 3}})
     await seen.wait_for("t0", lambda o: (o or {}).get("spec", {}).get("priority") == 3)
     assert seen.count("t0") == before + 1
+
+
+@pytest.fixture
+async def proxy(control_plane: ControlPlane) -> AsyncIterator[FaultProxy]:
+    host, port = control_plane.server.removeprefix("https://").rsplit(":", 1)
+    p = await FaultProxy(host, int(port)).start()
+    yield p
+    p.release_answers()
+    await p.stop()
+
+
+def is_done(name: str, delta: StoreDelta) -> bool:
+    return (
+        delta.obj["metadata"]["name"] == name
+        and (delta.obj.get("status") or {}).get("state") == "Done"
+    )
+
+
+async def test_an_echo_that_arrives_before_its_answer_is_held_and_dropped(  # noqa: PLR0917 (fixtures)
+    admin_config: ClusterConfig,
+    proxy: FaultProxy,
+    cache: Cache,
+    transport: Transport,
+    namespace: str,
+    controllers: list[Controller],
+) -> None:
+    """The client writes through a proxy that holds the answers while the cache watches
+    directly: each echo reaches the controller while its write is still in flight."""
+    from controller_runtime.client import Client  # noqa: PLC0415
+    from controller_runtime.consistency import OwnWriteEchoes  # noqa: PLC0415
+
+    seen, answered = Seen(), Seen()
+    async with Transport(dataclasses.replace(admin_config, server=proxy.url)) as slow:
+        client = Client(slow, cache)
+        # Kinds resolved and a connection open first: a TLS handshake would wait for held
+        # answers too.
+        await client.discovery.resolve(TASKS, "Task")
+        await slow.request("GET", tasks_path(namespace))
+
+        async def reconcile(request: Request) -> None:
+            obj = cache.get(TASKS, "Task", request)
+            seen.add(request, obj)
+            if (obj.get("status") or {}).get("state") != "Done":
+                rv = obj["metadata"]["resourceVersion"]
+                status = {"metadata": {"resourceVersion": rv}, "status": {"state": "Done"}}
+                answered.add(request, await client.patch_status(obj, status))
+
+        ctrl = await (
+            ControllerBuilder(cache)
+            .named(unique("early-echoes"))
+            .for_(TASKS, "Task")
+            .with_options(skip_own_write_echoes=True)
+            .complete(reconcile)
+        )
+        controllers.append(ctrl)
+        echoes = ctrl.echoes
+        assert isinstance(echoes, OwnWriteEchoes)
+        watcher = DeltaWatcher()
+        entry = cache.watched(TASKS, "Task")
+        assert entry is not None
+        entry.add_handler(watcher)  # after the controller's handler: sees deltas after it
+        await ctrl.start()
+        names = ["t0", "t1", "t2"]
+        for i, name in enumerate(names):
+            proxy.hold_answers()
+            await create_task(transport, namespace, name)
+            await watcher.wait_for(partial(is_done, name))
+            # The write took effect, its echo came, its answer has not: the echo is held.
+            assert (echoes.writes_in_flight, echoes.deltas_held) == (1, 1)
+            assert len(ctrl.queue) == 0
+            proxy.release_answers()
+            await answered.wait_total(i + 1)
+            assert echoes.skipped_before_answer == i + 1
+            assert (echoes.writes_in_flight, echoes.deltas_held) == (0, 0)
+        assert [seen.count(name) for name in names] == [1, 1, 1]
+        assert len(ctrl.queue) == 0
+
+
+async def test_a_change_held_behind_a_write_that_fails_is_reconciled(  # noqa: PLR0917 (fixtures)
+    admin_config: ClusterConfig,
+    control_plane: ControlPlane,
+    proxy: FaultProxy,
+    transport: Transport,
+    namespace: str,
+    controllers: list[Controller],
+) -> None:
+    """Someone else's change comes from the very version our write was conditioned on, while
+    that write is in flight: it is held, the write is refused (409), and the change reaches
+    the controller. The cache watches through a second proxy, frozen while the write is sent,
+    so that the change arrives after the write has left; the write's answer is held until the
+    change has arrived."""
+    from controller_runtime.client import Client  # noqa: PLC0415
+    from controller_runtime.consistency import OwnWriteEchoes  # noqa: PLC0415
+
+    host, port = control_plane.server.removeprefix("https://").rsplit(":", 1)
+    watch_proxy = await FaultProxy(host, int(port)).start()
+    seen = Seen()
+    reading, go_on, refused = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    try:
+        async with (
+            Transport(dataclasses.replace(admin_config, server=watch_proxy.url)) as watching,
+            Transport(dataclasses.replace(admin_config, server=proxy.url)) as slow,
+        ):
+            cache = Cache(InformerFactory(watching), namespaces=[namespace])
+            client = Client(slow, cache)
+            await client.discovery.resolve(TASKS, "Task")
+            await slow.request("GET", tasks_path(namespace))  # a connection, before holding
+
+            async def reconcile(request: Request) -> None:
+                obj = cache.get(TASKS, "Task", request)
+                seen.add(request, obj)
+                if seen.count(request.name) > 1:
+                    return
+                reading.set()
+                await go_on.wait()
+                rv = obj["metadata"]["resourceVersion"]
+                body = {"metadata": {"resourceVersion": rv}, "status": {"state": "Done"}}
+                try:
+                    await client.patch_status(obj, body)
+                except ConflictError:
+                    refused.set()  # and nothing else: no error, no requeue of its own
+
+            try:
+                ctrl = await (
+                    ControllerBuilder(cache)
+                    .named(unique("held-echoes"))
+                    .for_(TASKS, "Task")
+                    .with_options(skip_own_write_echoes=True)
+                    .complete(reconcile)
+                )
+                controllers.append(ctrl)
+                echoes = ctrl.echoes
+                assert isinstance(echoes, OwnWriteEchoes)
+                watcher = DeltaWatcher()
+                entry = cache.watched(TASKS, "Task")
+                assert entry is not None
+                entry.add_handler(watcher)
+                await ctrl.start()
+                await create_task(transport, namespace, "t0")
+                await reading.wait()  # the reconcile read the created version
+
+                watch_proxy.freeze()
+                await patch(transport, tasks_path(namespace, "t0"), {"spec": {"priority": 4}})
+                proxy.hold_answers()
+                go_on.set()
+                await eventually(lambda: echoes.writes_in_flight == 1, "the write to leave")
+                watch_proxy.thaw()
+                await watcher.wait_for(lambda d: d.obj["spec"].get("priority") == 4)
+                assert echoes.deltas_held == 1  # it might have been our echo
+                assert seen.count("t0") == 1
+
+                proxy.release_answers()
+                await refused.wait()
+                after = await seen.wait_for("t0", lambda o: True, after=1)
+                assert after is not None and after["spec"]["priority"] == 4
+                assert (echoes.skipped, echoes.writes_in_flight, echoes.deltas_held) == (0, 0, 0)
+            finally:
+                await cache.stop()
+    finally:
+        watch_proxy.thaw()
+        await watch_proxy.stop()
+
+
+async def eventually(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll a condition no event announces, with a deadline."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)

@@ -157,10 +157,8 @@ class TrackingClient(Client):
         self.stale = stale
         self._written: dict[tuple[str, Request, str, str, str], _Written] = {}
 
-    def _recorded_write(
-        self, resource: ResourceInfo, obj: Mapping[str, Any], precondition: str | None = None
-    ) -> None:
-        super()._recorded_write(resource, obj, precondition)
+    def _recorded_write(self, resource: ResourceInfo, obj: Mapping[str, Any]) -> None:
+        super()._recorded_write(resource, obj)
         context = CURRENT_RECONCILE.get()
         meta = obj.get("metadata") or {}
         if context is None or not meta.get("resourceVersion"):
