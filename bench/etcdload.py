@@ -59,25 +59,26 @@ async def load_reconciled_tasks(
     namespace: str,
     n: int,
     *,
+    first: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> float:
-    """Write N reconciled Tasks of ``namespace`` into etcd and wait until the API server
-    serves all of them; seconds taken."""
-    from bench.kube import create_namespace, tasks_path  # noqa: PLC0415
+    """Write reconciled Tasks ``first`` .. ``n - 1`` of ``namespace`` into etcd and wait until
+    the API server serves ``n`` Tasks there; seconds taken."""
+    from bench.kube import create_namespace  # noqa: PLC0415
 
     started = time.monotonic()
     await create_namespace(transport, namespace)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    batches = iter(range(0, n, BATCH))
+    batches = iter(range(first, n, BATCH))
     written = 0
     revision = 0
     last = started
 
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal written, revision, last
-        for first in batches:
+        for start in batches:
             puts = []
-            for i in range(first, min(first + BATCH, n)):
+            for i in range(start, min(start + BATCH, n)):
                 task = stored_task(i, namespace, created)
                 key = f"{PREFIX}/{namespace}/{task['metadata']['name']}".encode()
                 puts.append({"requestPut": {"key": _b64(key), "value": _b64(orjson.dumps(task))}})
@@ -88,14 +89,22 @@ async def load_reconciled_tasks(
             revision = max(revision, int(body["header"]["revision"]))
             written += len(puts)
             now = time.monotonic()
-            if progress is not None and (now - last >= 5 or written == n):
+            if progress is not None and (now - last >= 5 or written == n - first):
                 last = now
                 rate = written / (now - started)
-                progress(f"  {namespace}: {written}/{n} written to etcd ({rate:.0f}/s)")
+                progress(f"  {namespace}: {written}/{n - first} written to etcd ({rate:.0f}/s)")
 
     async with aiohttp.ClientSession(json_serialize=lambda o: orjson.dumps(o).decode()) as session:
         await asyncio.gather(*(worker(session) for _ in range(IN_FLIGHT)))
-    # Served from the watch cache once it has caught up with the last revision written.
+    await wait_until_served(transport, namespace, n, revision)
+    return time.monotonic() - started
+
+
+async def wait_until_served(transport: Any, namespace: str, n: int, revision: int) -> None:
+    """Until a LIST served from the API server's watch cache at ``revision`` or later (the
+    last one written) holds ``n`` Tasks of ``namespace``."""
+    from bench.kube import tasks_path  # noqa: PLC0415
+
     params = {
         "resourceVersion": str(revision),
         "resourceVersionMatch": "NotOlderThan",
@@ -105,6 +114,5 @@ async def load_reconciled_tasks(
         listed = await transport.get_json(tasks_path(namespace), params=params)
         served = len(listed["items"]) + int(listed["metadata"].get("remainingItemCount", 0))
         if served >= n:
-            break
+            return
         await asyncio.sleep(1)
-    return time.monotonic() - started

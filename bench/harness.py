@@ -123,6 +123,8 @@ class Settings:
     storage_sizes: tuple[int, ...] = ()
     storage_churn: int = 1000
     etcd_quota: int = 2 * 2**30
+    storage_load: str = "api"
+    storage_list_limit_seconds: float | None = None
     storage_json: Path = Path("storage.json")
     memory_limit: int | None = None
     webhook_rate: float = 100.0
@@ -318,6 +320,19 @@ def parser() -> argparse.ArgumentParser:
         help="storage: etcd's --quota-backend-bytes (default: 2 GiB, etcd's own default)",
     )
     p.add_argument(
+        "--storage-load",
+        choices=("api", "direct"),
+        default="api",
+        help="storage: create each rung's Tasks through the API server (api, their rate "
+        "measured), or write them reconciled straight into etcd or kine's table (direct: "
+        "minutes for a million; bench/etcdload.py, bench/kineload.py)",
+    )
+    p.add_argument(
+        "--storage-list-limit-seconds",
+        type=float,
+        help="storage: stop each rung's paginated LIST after this long (default: never)",
+    )
+    p.add_argument(
         "--storage-json", type=Path, default=RESULTS_DIR / "storage.json", dest="storage_json"
     )
     p.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json", dest="json_path")
@@ -370,6 +385,8 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         or ((1000, 5000) if args.quick else (10_000, 100_000, 1_000_000)),
         storage_churn=200 if args.quick and args.storage_churn == 1000 else args.storage_churn,
         etcd_quota=args.etcd_quota,
+        storage_load=args.storage_load,
+        storage_list_limit_seconds=args.storage_list_limit_seconds,
         storage_json=args.storage_json,
         webhook_rate=args.webhook_rate,
         webhook_seconds=args.webhook_seconds or (5.0 if args.quick else 20.0),
@@ -1002,6 +1019,8 @@ def run_storage_comparison(settings: Settings) -> int:
         timeout=settings.timeout,
         json_path=settings.storage_json,
         plots_dir=settings.plots_dir,
+        load=settings.storage_load,
+        list_limit_seconds=settings.storage_list_limit_seconds,
     )
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
     the_versions = versions()

@@ -76,6 +76,11 @@ class StorageSettings:
     timeout: float
     json_path: Path
     plots_dir: Path
+    load: str = "api"
+    """``api``: every rung's Tasks are created through the API server (their rate measured);
+    ``direct``: written straight into the storage, reconciled (:func:`load_directly`)."""
+    list_limit_seconds: float | None = None
+    """Stop each rung's paginated LIST after this long (it may take many minutes at 1M)."""
 
 
 def _rss(pid: int | None) -> int | None:
@@ -142,14 +147,17 @@ async def create_range(
     return time.monotonic() - began, created, error
 
 
-async def paginated_list(transport: Transport, namespace: str) -> tuple[float, list[float], int]:
-    """A full LIST of the namespace, 500 per page: (seconds, page seconds, objects)."""
+async def paginated_list(
+    transport: Transport, namespace: str, *, limit_seconds: float | None = None
+) -> tuple[float, list[float], int]:
+    """A full LIST of the namespace, 500 per page: (seconds, page seconds, objects); stopped
+    after the first page that ends past ``limit_seconds``, if given."""
     path = tasks_path(namespace)
     pages: list[float] = []
     objects = 0
     token = ""
     began = time.monotonic()
-    while True:
+    while limit_seconds is None or time.monotonic() - began < limit_seconds:
         params = {"limit": str(PAGE), **({"continue": token} if token else {})}
         page_began = time.monotonic()
         answer = await transport.request("GET", path, params=params)
@@ -158,7 +166,32 @@ async def paginated_list(transport: Transport, namespace: str) -> tuple[float, l
         objects += len(body["items"])
         token = body["metadata"].get("continue", "")
         if not token:
-            return time.monotonic() - began, pages, objects
+            break
+    return time.monotonic() - began, pages, objects
+
+
+async def load_directly(
+    plane: Any, transport: Transport, namespace: str, span: tuple[int, int], say: Say
+) -> tuple[float, int, str | None]:
+    """Reconciled Tasks ``first`` .. ``n - 1`` (``span``) written straight into the plane's storage
+    (:mod:`bench.etcdload`, :mod:`bench.kineload`), as :func:`create_range` answers:
+    (seconds until the API server serves them all, written, error or None)."""
+    from bench import etcdload, kineload  # noqa: PLC0415
+
+    first, n = span
+    process = plane.storage_processes[plane.storage]
+    try:
+        if plane.storage == "etcd":
+            seconds = await etcdload.load_reconciled_tasks(
+                process.url, transport, namespace, n, first=first, progress=say
+            )
+        else:
+            seconds = await kineload.load_reconciled_tasks(
+                process, transport, namespace, n, first=first, progress=say
+            )
+    except RuntimeError as err:  # etcd's quota, for one
+        return 0.0, 0, str(err)
+    return seconds, n - first, None
 
 
 async def watch_latency(
@@ -260,14 +293,21 @@ async def ladder(
     results: list[StorageResult] = []
     have = 0
     for size in settings.sizes:
-        say(f"[storage/{backend}] creating Tasks {have}..{size - 1}")
-        seconds, created, error = await create_range(transport, namespace, have, size)
+        if settings.load == "direct":
+            say(f"[storage/{backend}] writing Tasks {have}..{size - 1} into the storage")
+            seconds, created, error = await load_directly(
+                plane, transport, namespace, (have, size), say
+            )
+        else:
+            say(f"[storage/{backend}] creating Tasks {have}..{size - 1}")
+            seconds, created, error = await create_range(transport, namespace, have, size)
         have += created
         row: StorageResult = {
             "scenario": "storage-ladder",
             "backend": backend,
             "objects": have,
             "target": size,
+            "load": settings.load,
             "create_seconds": seconds,
             "create_per_second": created / seconds if seconds > 0 else 0.0,
             "complete": error is None,
@@ -275,10 +315,13 @@ async def ladder(
         if error is not None:
             row["error"] = error[:300]
             say(f"[storage/{backend}] stopped at {have} objects: {row['error']}")
-        list_seconds, pages, listed = await paginated_list(transport, namespace)
+        list_seconds, pages, listed = await paginated_list(
+            transport, namespace, limit_seconds=settings.list_limit_seconds
+        )
         row |= {
             "list_seconds": list_seconds,
             "list_objects": listed,
+            "list_complete": listed >= have,
             "page_p50_seconds": percentile(pages, 50),
             "page_p99_seconds": percentile(pages, 99),
             "pages": len(pages),
@@ -475,9 +518,15 @@ def format_table(results: Sequence[StorageResult]) -> str:
         storage = mib(r["storage_rss_bytes"])
         if r.get("postgres_pss_bytes"):
             storage += f" + {mib(r['postgres_pss_bytes'])} (PostgreSQL PSS)"
+        rate = f"{r['create_per_second']:,.0f}"
+        if r.get("load") == "direct":
+            rate = f"direct ({rate})"
+        listed = f"{r['list_seconds']:.2f}"
+        if not r.get("list_complete", True):
+            listed += f" ({r['list_objects']:,} listed)"
         lines.append(
-            f"| {r['backend']} | {r['objects']:,} | {r['create_per_second']:,.0f} | "
-            f"{r['list_seconds']:.2f} | {r['page_p50_seconds'] * 1000:.0f} | "
+            f"| {r['backend']} | {r['objects']:,} | {rate} | "
+            f"{listed} | {r['page_p50_seconds'] * 1000:.0f} | "
             f"{r['page_p99_seconds'] * 1000:.0f} | {mib(r['apiserver_rss_bytes'])} | {storage} | "
             f"{mib(r['disk_bytes'])}"
             + (f" ({mib(r['db_bytes'])} bbolt)" if r.get("db_bytes") is not None else "")

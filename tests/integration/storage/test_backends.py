@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +13,13 @@ import aiohttp
 import psutil
 import pytest
 
+from bench import etcdload, kineload
+from bench.kube import create_namespace, task_body, task_name, tasks_path
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.binaries import find_kine
 from controller_runtime.envtest.storage import KINE_SQLITE, StorageError, StorageProcess
+from kubeclient.config import load_kubeconfig
+from kubeclient.transport import Transport
 from tests.integration.storage.conftest import plane_on
 from tests.integration.storage.inspect import stored_keys
 
@@ -132,3 +137,77 @@ async def test_kine_has_no_etcd_gateway(backend: str, plane: ControlPlane) -> No
         with pytest.raises(aiohttp.ClientResponseError, match="Bad status line"):
             async with session.post(url, json={"revision": "1"}):
                 pass
+
+
+# ------------------------------------------------ the benchmark's direct loaders, on each backend
+
+FIRST_RUNG, SECOND_RUNG = 6_000, 8_000  # more than one of kineload's batches
+
+
+async def _load(plane: ControlPlane, transport: Transport, namespace: str, span: range) -> None:
+    process = plane.storage_processes[plane.storage]
+    if plane.storage == "etcd":
+        await etcdload.load_reconciled_tasks(
+            process.url, transport, namespace, span.stop, first=span.start
+        )
+    else:
+        await kineload.load_reconciled_tasks(
+            process, transport, namespace, span.stop, first=span.start
+        )
+
+
+async def _listed(transport: Transport, path: str, **params: str) -> dict[str, str]:
+    """name -> resourceVersion of every object a paginated LIST returns."""
+    found: dict[str, str] = {}
+    token = ""
+    while True:
+        page = await transport.get_json(
+            path, params={"limit": "500", **params, **({"continue": token} if token else {})}
+        )
+        found |= {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in page["items"]}
+        token = page["metadata"].get("continue", "")
+        if not token:
+            return found
+
+
+async def _direct_load(plane: ControlPlane) -> None:
+    config = await load_kubeconfig(plane.kubeconfig)
+    async with Transport(config) as transport:
+        namespace = f"direct-{uuid.uuid4().hex[:6]}"
+        await create_namespace(transport, namespace)
+        path = tasks_path(namespace)
+        await _load(plane, transport, namespace, range(FIRST_RUNG))
+        await _load(plane, transport, namespace, range(FIRST_RUNG, SECOND_RUNG))
+
+        # The API server's watch cache (fed by the storage's watch) and the storage itself
+        # (a LIST with no resourceVersion) hold the same Tasks at the same versions: the
+        # storage's watch delivered every one as stored.
+        from_storage = await _listed(transport, path)
+        from_cache = await _listed(transport, path, resourceVersion="0")
+        assert sorted(from_storage) == sorted(task_name(i) for i in range(SECOND_RUNG))
+        assert from_cache == from_storage
+
+        # Stored as the API server stores a reconciled Task.
+        one = await transport.get_json(f"{path}/{task_name(7)}")
+        assert one["spec"] == task_body(7)["spec"]
+        assert one["status"]["state"] and one["status"]["observedGeneration"] == 1
+        assert one["metadata"]["uid"] and one["metadata"]["generation"] == 1
+
+        # The storage goes on as before: an update of a loaded Task, and a create after them.
+        newest = max(int(rv) for rv in from_storage.values())
+        patched = await transport.request(
+            "PATCH",
+            f"{path}/{task_name(7)}",
+            body={"spec": {"details": "checked"}},
+            content_type="application/merge-patch+json",
+        )
+        assert int(patched.json()["metadata"]["resourceVersion"]) > newest
+        created = await transport.request("POST", path, body=task_body(SECOND_RUNG))
+        assert int(created.json()["metadata"]["resourceVersion"]) > newest
+        assert len(await _listed(transport, path)) == SECOND_RUNG + 1
+
+
+def test_tasks_written_straight_into_the_storage_are_served_as_stored(
+    plane: ControlPlane,
+) -> None:
+    asyncio.run(_direct_load(plane))

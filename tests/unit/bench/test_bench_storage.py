@@ -63,3 +63,37 @@ def test_the_restart_runs_on_the_rung_of_its_size_not_on_the_largest() -> None:
     # a backend that stopped short (its quota) restarts on what it reached
     assert restarts_at(42_000, last=True, wanted=100_000)
     assert not restarts_at(42_000, last=False, wanted=100_000)
+
+
+def test_a_direct_load_and_a_bounded_list_are_flagged_and_shown() -> None:
+    s = settings_from(
+        [
+            "--storage",
+            "kine-sqlite",
+            "--storage-load",
+            "direct",
+            "--storage-list-limit-seconds",
+            "60",
+        ]
+    )
+    assert (s.storage_load, s.storage_list_limit_seconds) == ("direct", 60.0)
+    assert settings_from([]).storage_load == "api"
+    row = {
+        "scenario": "storage-ladder",
+        "backend": "kine-sqlite",
+        "objects": 1_000_000,
+        "load": "direct",
+        "create_per_second": 4000.0,
+        "list_seconds": 120.4,
+        "list_objects": 250_000,
+        "list_complete": False,
+        "page_p50_seconds": 0.2,
+        "page_p99_seconds": 1.0,
+        "apiserver_rss_bytes": 8 * 2**30,
+        "storage_rss_bytes": 100 * 2**20,
+        "postgres_pss_bytes": None,
+        "disk_bytes": 1200 * 2**20,
+    }
+    assert "| kine-sqlite | 1,000,000 | direct (4,000) | 120.40 (250,000 listed) | 200 |" in (
+        format_table([row])
+    )
