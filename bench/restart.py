@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -232,7 +233,7 @@ async def run_restart_round(
         _say(f"writing {n} reconciled Tasks of {namespace} into etcd")
         took = await load_reconciled_tasks(cluster.etcd_url, transport, namespace, n, progress=_say)
         _say(f"  written and served in {took:.1f}s ({n / took:.0f}/s); not measured")
-        quiet = await wait_for_quiet_server(cluster)
+        quiet = await wait_for_quiet_server(cluster.server_pids)
         _say(f"  the control plane settled after {quiet:.0f}s more (below {QUIET_CORES} cores)")
     else:
         _say(f"creating {n} reconciled Tasks in {namespace}")
@@ -270,17 +271,17 @@ QUIET_WINDOW = 5.0
 QUIET_LONGEST = 900.0
 
 
-async def wait_for_quiet_server(cluster: Cluster) -> float:
+async def wait_for_quiet_server(server_pids: Sequence[int]) -> float:
     """Wait until the control plane has digested a bulk load: an API server that has just
     taken a million objects through its etcd watch kept both cores busy for about two
     minutes here (not traced further; most likely filling its watch cache), and the first
     implementation to restart would pay for it. Returns the seconds waited (at most
     ``QUIET_LONGEST``; immediately when the server's CPU is not readable)."""
     started = time.monotonic()
-    before = cpu_seconds(cluster.server_pids)
+    before = cpu_seconds(server_pids)
     while before is not None and time.monotonic() - started < QUIET_LONGEST:
         await asyncio.sleep(QUIET_WINDOW)
-        after = cpu_seconds(cluster.server_pids)
+        after = cpu_seconds(server_pids)
         if after is None or (after - before) / QUIET_WINDOW < QUIET_CORES:
             break
         before = after

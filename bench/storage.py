@@ -41,7 +41,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +191,51 @@ async def load_directly(
             )
     except RuntimeError as err:  # etcd's quota, for one
         return 0.0, 0, str(err)
+    # Served is not digested: the API server goes on working off a bulk load for minutes,
+    # which the rung's LIST would pay for.
+    from bench.restart import wait_for_quiet_server  # noqa: PLC0415
+
+    quiet = await wait_for_quiet_server(plane.pids())
+    say(f"  the control plane settled {quiet:.0f}s after the load")
     return seconds, n - first, None
+
+
+@dataclass
+class EventTimes:
+    """A watch of one path from ``start_rv``: when each resourceVersion was first seen.
+
+    A stream the server ends is opened again from the last event seen (``reopened`` counts
+    them); an ERROR event is kept in ``errors``, and ends the watch if it is a 410."""
+
+    transport: Transport
+    path: str
+    start_rv: str
+    on_chunk: Callable[[], None]
+    seen: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    reopened: int = 0
+
+    async def run(self) -> None:
+        last = self.start_rv
+        while True:
+            params = {"watch": "1", "resourceVersion": last, "allowWatchBookmarks": "false"}
+            async with self.transport.stream(self.path, params) as response:
+                framer = LineFramer()
+                async for chunk in response.content.iter_any():
+                    now = time.monotonic()
+                    for line in framer.feed(chunk):
+                        event = orjson.loads(line)
+                        if event.get("type") == "ERROR":
+                            self.errors.append(str(event.get("object"))[:300])
+                            if (event.get("object") or {}).get("code") == 410:
+                                return
+                            continue
+                        rv = event["object"].get("metadata", {}).get("resourceVersion", "")
+                        # An event may arrive before the PATCH's own answer: keep every one.
+                        self.seen.setdefault(rv, now)
+                        last = rv or last
+                    self.on_chunk()
+            self.reopened += 1
 
 
 async def watch_latency(
@@ -203,29 +247,16 @@ async def watch_latency(
     start_rv = orjson.loads(first.body)["metadata"]["resourceVersion"]
     sent: dict[str, float] = {}
     wanted: set[str] = set()
-    seen: dict[str, float] = {}
     done = asyncio.Event()
-
-    async def watch() -> None:
-        params = {"watch": "1", "resourceVersion": start_rv, "allowWatchBookmarks": "false"}
-        async with transport.stream(path, params) as response:
-            framer = LineFramer()
-            async for chunk in response.content.iter_any():
-                now = time.monotonic()
-                for line in framer.feed(chunk):
-                    event = orjson.loads(line)
-                    rv = event["object"].get("metadata", {}).get("resourceVersion", "")
-                    # An event may arrive before the PATCH's own answer: keep every one.
-                    seen.setdefault(rv, now)
-                check()
-
     failures = 0
 
     def check() -> None:
         if len(wanted) + failures >= n and wanted <= seen.keys():
             done.set()
 
-    watcher = asyncio.create_task(watch())
+    events = EventTimes(transport, path, start_rv, check)
+    seen = events.seen
+    watcher = asyncio.create_task(events.run())
     began = time.monotonic()
     try:
         for i in range(n):
@@ -247,8 +278,9 @@ async def watch_latency(
             sent[rv] = t0
             wanted.add(rv)
         check()
+        # Every event is due a moment after its PATCH; past a minute more it is not coming.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), timeout)
+            await asyncio.wait_for(done.wait(), min(timeout, 60.0))
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -260,6 +292,8 @@ async def watch_latency(
         "delivered": len(lags),
         "failures": failures,
         "complete": len(lags) == n,
+        "watch_reopened": events.reopened,
+        "watch_errors": events.errors,
     }
     if lags:
         result |= {
