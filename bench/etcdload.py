@@ -61,9 +61,10 @@ async def load_reconciled_tasks(
     *,
     first: int = 0,
     progress: Callable[[str], None] | None = None,
+    serve_timeout: float | None = None,
 ) -> float:
     """Write reconciled Tasks ``first`` .. ``n - 1`` of ``namespace`` into etcd and wait until
-    the API server serves ``n`` Tasks there; seconds taken."""
+    the API server serves ``n`` Tasks there (:func:`wait_until_served`); seconds taken."""
     from bench.kube import create_namespace  # noqa: PLC0415
 
     started = time.monotonic()
@@ -96,13 +97,20 @@ async def load_reconciled_tasks(
 
     async with aiohttp.ClientSession(json_serialize=lambda o: orjson.dumps(o).decode()) as session:
         await asyncio.gather(*(worker(session) for _ in range(IN_FLIGHT)))
-    await wait_until_served(transport, namespace, n, revision)
+    await wait_until_served(transport, namespace, n, revision, timeout=serve_timeout)
     return time.monotonic() - started
 
 
-async def wait_until_served(transport: Any, namespace: str, n: int, revision: int) -> None:
+class NotServedError(RuntimeError):
+    """The API server's watch cache did not catch up with a direct load in time."""
+
+
+async def wait_until_served(
+    transport: Any, namespace: str, n: int, revision: int, *, timeout: float | None = None
+) -> None:
     """Until a LIST served from the API server's watch cache at ``revision`` or later (the
-    last one written) holds ``n`` Tasks of ``namespace``."""
+    last one written) holds ``n`` Tasks of ``namespace``; :class:`NotServedError` after
+    ``timeout`` seconds, saying how far the watch cache got."""
     from bench.kube import tasks_path  # noqa: PLC0415
 
     params = {
@@ -110,9 +118,19 @@ async def wait_until_served(transport: Any, namespace: str, n: int, revision: in
         "resourceVersionMatch": "NotOlderThan",
         "limit": "1",
     }
+    began = time.monotonic()
     while True:
         listed = await transport.get_json(tasks_path(namespace), params=params)
         served = len(listed["items"]) + int(listed["metadata"].get("remainingItemCount", 0))
         if served >= n:
             return
+        if timeout is not None and time.monotonic() - began > timeout:
+            cached = await transport.get_json(
+                tasks_path(namespace), params={"resourceVersion": "0", "limit": "1"}
+            )
+            raise NotServedError(
+                f"the API server's watch cache was at resourceVersion "
+                f"{cached['metadata']['resourceVersion']} of {revision} {timeout:.0f}s after "
+                "the load"
+            )
         await asyncio.sleep(1)

@@ -125,6 +125,7 @@ class Settings:
     etcd_quota: int = 2 * 2**30
     storage_load: str = "api"
     storage_list_limit_seconds: float | None = None
+    storage_serve_timeout: float | None = None
     storage_json: Path = Path("storage.json")
     memory_limit: int | None = None
     webhook_rate: float = 100.0
@@ -333,6 +334,12 @@ def parser() -> argparse.ArgumentParser:
         help="storage: stop each rung's paginated LIST after this long (default: never)",
     )
     p.add_argument(
+        "--storage-serve-timeout",
+        type=float,
+        help="storage, with --storage-load direct: seconds the API server may take to serve "
+        "what was written before the rung is recorded as not served (default: no bound)",
+    )
+    p.add_argument(
         "--storage-json", type=Path, default=RESULTS_DIR / "storage.json", dest="storage_json"
     )
     p.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json", dest="json_path")
@@ -387,6 +394,7 @@ def settings_from(argv: Sequence[str] | None = None) -> Settings:
         etcd_quota=args.etcd_quota,
         storage_load=args.storage_load,
         storage_list_limit_seconds=args.storage_list_limit_seconds,
+        storage_serve_timeout=args.storage_serve_timeout,
         storage_json=args.storage_json,
         webhook_rate=args.webhook_rate,
         webhook_seconds=args.webhook_seconds or (5.0 if args.quick else 20.0),
@@ -1021,6 +1029,7 @@ def run_storage_comparison(settings: Settings) -> int:
         plots_dir=settings.plots_dir,
         load=settings.storage_load,
         list_limit_seconds=settings.storage_list_limit_seconds,
+        serve_timeout=settings.storage_serve_timeout,
     )
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
     the_versions = versions()

@@ -115,9 +115,11 @@ async def load_reconciled_tasks(
     *,
     first: int = 0,
     progress: Callable[[str], None] = lambda _: None,
+    serve_timeout: float | None = None,
 ) -> float:
     """Write reconciled Tasks ``first`` .. ``n - 1`` of ``namespace`` into kine's table and
-    wait until the API server serves ``n`` Tasks there; seconds taken."""
+    wait until the API server serves ``n`` Tasks there (``wait_until_served``); seconds
+    taken."""
     from bench.kube import create_namespace  # noqa: PLC0415
 
     started = time.monotonic()
@@ -129,5 +131,5 @@ async def load_reconciled_tasks(
     else:
         raise ValueError(f"not a kine backend: {process.backend}")
     last_id = await asyncio.to_thread(write, process, namespace, first, n, progress)
-    await wait_until_served(transport, namespace, n, last_id)
+    await wait_until_served(transport, namespace, n, last_id, timeout=serve_timeout)
     return time.monotonic() - started

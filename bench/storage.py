@@ -81,6 +81,10 @@ class StorageSettings:
     ``direct``: written straight into the storage, reconciled (:func:`load_directly`)."""
     list_limit_seconds: float | None = None
     """Stop each rung's paginated LIST after this long (it may take many minutes at 1M)."""
+    serve_timeout: float | None = None
+    """With ``load="direct"``: how long the API server may take to serve what was written
+    (its watch cache catching up through the storage's watch) before the rung is recorded
+    as not served and measured as it is."""
 
 
 def _rss(pid: int | None) -> int | None:
@@ -171,7 +175,13 @@ async def paginated_list(
 
 
 async def load_directly(
-    plane: Any, transport: Transport, namespace: str, span: tuple[int, int], say: Say
+    plane: Any,
+    transport: Transport,
+    namespace: str,
+    span: tuple[int, int],
+    say: Say,
+    *,
+    serve_timeout: float | None = None,
 ) -> tuple[float, int, str | None]:
     """Reconciled Tasks ``first`` .. ``n - 1`` (``span``) written straight into the plane's storage
     (:mod:`bench.etcdload`, :mod:`bench.kineload`), as :func:`create_range` answers:
@@ -180,15 +190,30 @@ async def load_directly(
 
     first, n = span
     process = plane.storage_processes[plane.storage]
+    began = time.monotonic()
     try:
         if plane.storage == "etcd":
             seconds = await etcdload.load_reconciled_tasks(
-                process.url, transport, namespace, n, first=first, progress=say
+                process.url,
+                transport,
+                namespace,
+                n,
+                first=first,
+                progress=say,
+                serve_timeout=serve_timeout,
             )
         else:
             seconds = await kineload.load_reconciled_tasks(
-                process, transport, namespace, n, first=first, progress=say
+                process,
+                transport,
+                namespace,
+                n,
+                first=first,
+                progress=say,
+                serve_timeout=serve_timeout,
             )
+    except etcdload.NotServedError as err:  # in the storage, not yet in the watch cache
+        return time.monotonic() - began, n - first, str(err)
     except RuntimeError as err:  # etcd's quota, for one
         return 0.0, 0, str(err)
     # Served is not digested: the API server goes on working off a bulk load for minutes,
@@ -330,7 +355,7 @@ async def ladder(
         if settings.load == "direct":
             say(f"[storage/{backend}] writing Tasks {have}..{size - 1} into the storage")
             seconds, created, error = await load_directly(
-                plane, transport, namespace, (have, size), say
+                plane, transport, namespace, (have, size), say, serve_timeout=settings.serve_timeout
             )
         else:
             say(f"[storage/{backend}] creating Tasks {have}..{size - 1}")
