@@ -151,6 +151,14 @@ async def create_range(
     return time.monotonic() - began, created, error
 
 
+class ListError(Exception):
+    """A page of the rung's LIST was refused (``seconds`` into it)."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 async def paginated_list(
     transport: Transport, namespace: str, *, limit_seconds: float | None = None
 ) -> tuple[float, list[float], int]:
@@ -164,7 +172,10 @@ async def paginated_list(
     while limit_seconds is None or time.monotonic() - began < limit_seconds:
         params = {"limit": str(PAGE), **({"continue": token} if token else {})}
         page_began = time.monotonic()
-        answer = await transport.request("GET", path, params=params)
+        try:
+            answer = await transport.request("GET", path, params=params)
+        except ApiError as err:  # 504 Too large resource version: a watch cache far behind
+            raise ListError(f"{err.status} {err}"[:300], time.monotonic() - began) from err
         pages.append(time.monotonic() - page_began)
         body = orjson.loads(answer.body)
         objects += len(body["items"])
@@ -374,15 +385,20 @@ async def ladder(
         if error is not None:
             row["error"] = error[:300]
             say(f"[storage/{backend}] stopped at {have} objects: {row['error']}")
-        list_seconds, pages, listed = await paginated_list(
-            transport, namespace, limit_seconds=settings.list_limit_seconds
-        )
+        try:
+            list_seconds, pages, listed = await paginated_list(
+                transport, namespace, limit_seconds=settings.list_limit_seconds
+            )
+        except ListError as err:
+            list_seconds, pages, listed = err.seconds, [], 0
+            row["list_error"] = str(err)
+            say(f"[storage/{backend}] the LIST was refused: {err}")
         row |= {
             "list_seconds": list_seconds,
             "list_objects": listed,
             "list_complete": listed >= have,
-            "page_p50_seconds": percentile(pages, 50),
-            "page_p99_seconds": percentile(pages, 99),
+            "page_p50_seconds": percentile(pages, 50) if pages else None,
+            "page_p99_seconds": percentile(pages, 99) if pages else None,
             "pages": len(pages),
         }
         row |= memory(plane)
@@ -416,13 +432,17 @@ async def ladder(
     return results, namespace, have
 
 
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
 def summary(row: StorageResult) -> str:
     def mib(value: int | None) -> str:
         return "-" if value is None else f"{value / 2**20:.0f}"
 
     return (
         f"{row['objects']} objects: create {row['create_per_second']:.0f}/s, LIST "
-        f"{row['list_seconds']:.2f}s (page p99 {row['page_p99_seconds'] * 1000:.0f} ms), "
+        f"{row['list_seconds']:.2f}s (page p99 {_ms(row['page_p99_seconds'])} ms), "
         f"API server {mib(row['apiserver_rss_bytes'])} MiB, storage "
         f"{mib(row['storage_rss_bytes'])} MiB"
         + (f" + postgres {mib(row['postgres_pss_bytes'])} MiB" if row["postgres_pss_bytes"] else "")
@@ -581,12 +601,14 @@ def format_table(results: Sequence[StorageResult]) -> str:
         if r.get("load") == "direct":
             rate = f"direct ({rate})"
         listed = f"{r['list_seconds']:.2f}"
-        if not r.get("list_complete", True):
+        if r.get("list_error"):
+            listed = f"refused: {r['list_error'][:80]}"
+        elif not r.get("list_complete", True):
             listed += f" ({r['list_objects']:,} listed)"
         lines.append(
             f"| {r['backend']} | {r['objects']:,} | {rate} | "
-            f"{listed} | {r['page_p50_seconds'] * 1000:.0f} | "
-            f"{r['page_p99_seconds'] * 1000:.0f} | {mib(r['apiserver_rss_bytes'])} | {storage} | "
+            f"{listed} | {_ms(r['page_p50_seconds'])} | "
+            f"{_ms(r['page_p99_seconds'])} | {mib(r['apiserver_rss_bytes'])} | {storage} | "
             f"{mib(r['disk_bytes'])}"
             + (f" ({mib(r['db_bytes'])} bbolt)" if r.get("db_bytes") is not None else "")
             + f" | {r.get('error', '')} |"
