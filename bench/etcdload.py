@@ -108,26 +108,36 @@ class NotServedError(RuntimeError):
 async def wait_until_served(
     transport: Any, namespace: str, n: int, revision: int, *, timeout: float | None = None
 ) -> None:
-    """Until the API server's watch cache has reached ``revision`` (the last one written) and
-    holds ``n`` Tasks of ``namespace``; :class:`NotServedError` after ``timeout`` seconds,
-    saying how far it got.
+    """Until the API server's watch cache has caught up with the storage and holds ``n``
+    Tasks of ``namespace``; :class:`NotServedError` after ``timeout`` seconds, with the
+    server's word on how far the cache got.
 
-    Asked with ``resourceVersion=0``, which the watch cache answers as it is: a LIST at a
-    newer version may be served from the storage instead, while the cache still lags."""
+    Asked with a consistent LIST (no ``resourceVersion``), which the API server serves from
+    its watch cache once the cache has reached the storage's current revision, and refuses
+    (504, "Too large resource version ... current: N") while it lags. A LIST at an explicit
+    version, even ``0``, may be answered from the storage instead. ``revision`` (the last one
+    written) is only reported."""
     from bench.kube import tasks_path  # noqa: PLC0415
+    from kubeclient.errors import ApiError  # noqa: PLC0415
 
-    params = {"resourceVersion": "0", "limit": "1"}
     began = time.monotonic()
     while True:
-        listed = await transport.get_json(tasks_path(namespace), params=params)
-        meta = listed["metadata"]
-        cached = int(meta.get("resourceVersion") or 0)
-        served = len(listed["items"]) + int(meta.get("remainingItemCount", 0))
-        if cached >= revision and served >= n:
-            return
+        try:
+            listed = await transport.get_json(
+                tasks_path(namespace), params={"limit": "1"}, max_retries=0
+            )
+        except ApiError as err:
+            if err.status != 504:
+                raise
+            lag = str(err)
+        else:
+            meta = listed["metadata"]
+            served = len(listed["items"]) + int(meta.get("remainingItemCount", 0))
+            if served >= n:
+                return
+            lag = f"{served} of {n} Tasks listed"
         if timeout is not None and time.monotonic() - began > timeout:
             raise NotServedError(
-                f"the API server's watch cache was at resourceVersion {cached} of {revision} "
-                f"({served} of {n} Tasks) {timeout:.0f}s after the load"
+                f"not served {timeout:.0f}s after the load (last written {revision}): {lag}"[:300]
             )
         await asyncio.sleep(1)
