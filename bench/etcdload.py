@@ -105,32 +105,44 @@ class NotServedError(RuntimeError):
     """The API server's watch cache did not catch up with a direct load in time."""
 
 
-async def wait_until_served(
-    transport: Any, namespace: str, n: int, revision: int, *, timeout: float | None = None
-) -> None:
-    """Until the API server's watch cache has caught up with the storage and holds ``n``
-    Tasks of ``namespace``; :class:`NotServedError` after ``timeout`` seconds, with the
-    server's word on how far the cache got.
+async def cache_lag(transport: Any, namespace: str, revision: int) -> str | None:
+    """``None`` once the API server's watch cache of Tasks has reached ``revision``, else
+    the server's word on how far it is (``Too large resource version: R, current: C``).
 
-    Asked with a consistent LIST (no ``resourceVersion``), which the API server serves from
-    its watch cache once the cache has reached the storage's current revision, and refuses
-    (504, "Too large resource version ... current: N") while it lags. A LIST at an explicit
-    version, even ``0``, may be answered from the storage instead. ``revision`` (the last one
-    written) is only reported."""
+    Asked with a one-second watch from ``revision``: watches are served by the watch cache
+    alone, which refuses one from a version it has not reached. A LIST, even a consistent
+    one, may be answered from the storage while the cache lags."""
     from bench.kube import tasks_path  # noqa: PLC0415
     from kubeclient.errors import ApiError  # noqa: PLC0415
 
+    params = {"watch": "1", "resourceVersion": str(revision), "timeoutSeconds": "1"}
+    try:
+        async with transport.stream(tasks_path(namespace), params) as answer:
+            body = await answer.content.read()
+    except ApiError as err:
+        return str(err)
+    for line in body.splitlines():
+        event = orjson.loads(line)
+        if event.get("type") == "ERROR":
+            return str((event.get("object") or {}).get("message", event))
+    return None
+
+
+async def wait_until_served(
+    transport: Any, namespace: str, n: int, revision: int, *, timeout: float | None = None
+) -> None:
+    """Until the API server's watch cache has reached ``revision`` (the last one written,
+    :func:`cache_lag`) and holds ``n`` Tasks of ``namespace``; :class:`NotServedError` after
+    ``timeout`` seconds, with the server's word on how far the cache got."""
+    from bench.kube import tasks_path  # noqa: PLC0415
+
     began = time.monotonic()
     while True:
-        try:
+        lag = await cache_lag(transport, namespace, revision)
+        if lag is None:
             listed = await transport.get_json(
-                tasks_path(namespace), params={"limit": "1"}, max_retries=0
+                tasks_path(namespace), params={"resourceVersion": "0", "limit": "1"}
             )
-        except ApiError as err:
-            if err.status != 504:
-                raise
-            lag = str(err)
-        else:
             meta = listed["metadata"]
             served = len(listed["items"]) + int(meta.get("remainingItemCount", 0))
             if served >= n:
