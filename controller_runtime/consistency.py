@@ -35,7 +35,7 @@ import orjson
 from cachetools import LRUCache
 
 from controller_runtime.cache import KindInformers
-from controller_runtime.reconcile import Request
+from controller_runtime.reconcile import EchoTicket, Request
 from informers.labels import LabelSelector
 from informers.resource_version import compare_resource_versions
 from informers.shared import SharedInformer
@@ -474,11 +474,6 @@ def _rv(obj: Mapping[str, Any] | None) -> str | None:
         return None
     rv = (obj.get("metadata") or {}).get("resourceVersion")
     return rv if isinstance(rv, str) else None
-
-
-EchoTicket = tuple[str, str]
-"""A conditioned write of a reconcile's own object, in flight: (the object's store key, the
-resourceVersion the write required)."""
 
 
 class OwnWriteEchoes:

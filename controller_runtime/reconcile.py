@@ -126,6 +126,11 @@ class ConsistencyGuard(Protocol):
         ...
 
 
+EchoTicket = tuple[str, str]
+"""A conditioned write of a reconcile's own object, in flight: (the object's store key, the
+resourceVersion the write required)."""
+
+
 class OwnWriteRecorder(Protocol):
     """Where the client reports the conditioned writes of a reconcile (implemented by
     :class:`~controller_runtime.consistency.OwnWriteEchoes`)."""
@@ -137,16 +142,16 @@ class OwnWriteRecorder(Protocol):
         namespace: str | None,
         name: str,
         precondition: str,
-    ) -> tuple[str, str] | None:
+    ) -> EchoTicket | None:
         """A write of ``namespace/name`` conditioned on ``precondition`` (the resourceVersion
         it requires) is about to be sent; a ticket if it is to be followed, else ``None``."""
         ...
 
-    def answered(self, ticket: tuple[str, str], obj: Mapping[str, Any]) -> None:
+    def answered(self, ticket: EchoTicket, obj: Mapping[str, Any]) -> None:
         """The write of ``ticket`` was answered with ``obj``."""
         ...
 
-    def failed(self, ticket: tuple[str, str]) -> None:
+    def failed(self, ticket: EchoTicket) -> None:
         """The write of ``ticket`` failed, or its outcome is unknown."""
         ...
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -29,6 +29,7 @@ from controller_runtime.envtest.faultproxy import FaultProxy
 from controller_runtime.handlers import EnqueueRequestsFromMapFunc
 from controller_runtime.predicates import GenerationChanged, LabelSelectorPredicate
 from controller_runtime.reconcile import Request, Result
+from controller_runtime.testing import eventually
 from informers.shared import InformerFactory
 from informers.store import StoreDelta
 from kubeclient.config import ClusterConfig
@@ -439,6 +440,32 @@ async def test_no_key_is_reconciled_concurrently_under_a_flood_of_updates(
     assert reconciles >= len(names)
 
 
+async def echo_controller(
+    cache: Cache,
+    reconcile: Callable[[Request], Awaitable[None]],
+    controllers: list[Controller],
+    *,
+    skip: bool = True,
+    workers: int = 1,
+) -> tuple[Controller, DeltaWatcher]:
+    """A started controller over Tasks (``skip_own_write_echoes=skip``), and a handler on its
+    informer registered after the controller's, which sees each delta right after it."""
+    ctrl = await (
+        ControllerBuilder(cache)
+        .named(unique("echoes"))
+        .for_(TASKS, "Task")
+        .with_options(skip_own_write_echoes=skip, max_concurrent_reconciles=workers)
+        .complete(reconcile)
+    )
+    controllers.append(ctrl)
+    watcher = DeltaWatcher()
+    entry = cache.watched(TASKS, "Task")
+    assert entry is not None
+    entry.add_handler(watcher)
+    await ctrl.start()
+    return ctrl, watcher
+
+
 @pytest.mark.parametrize("skip", [True, False])
 async def test_the_echo_of_an_own_conditioned_write_is_not_reconciled_with_the_option(
     cache: Cache,
@@ -462,19 +489,7 @@ async def test_the_echo_of_an_own_conditioned_write_is_not_reconciled_with_the_o
             status = {"metadata": {"resourceVersion": rv}, "status": {"state": "Done"}}
             answered.add(request, await client.patch_status(obj, status))
 
-    ctrl = await (
-        ControllerBuilder(cache)
-        .named(unique("echoes"))
-        .for_(TASKS, "Task")
-        .with_options(skip_own_write_echoes=skip, max_concurrent_reconciles=4)
-        .complete(reconcile)
-    )
-    controllers.append(ctrl)
-    watcher = DeltaWatcher()
-    entry = cache.watched(TASKS, "Task")
-    assert entry is not None
-    entry.add_handler(watcher)  # after the controller's handler: sees deltas after it
-    await ctrl.start()
+    ctrl, watcher = await echo_controller(cache, reconcile, controllers, skip=skip, workers=4)
     names = [f"t{i}" for i in range(n)]
     for name in names:
         await create_task(transport, namespace, name)
@@ -555,21 +570,9 @@ async def test_an_echo_that_arrives_before_its_answer_is_held_and_dropped(  # no
                 status = {"metadata": {"resourceVersion": rv}, "status": {"state": "Done"}}
                 answered.add(request, await client.patch_status(obj, status))
 
-        ctrl = await (
-            ControllerBuilder(cache)
-            .named(unique("early-echoes"))
-            .for_(TASKS, "Task")
-            .with_options(skip_own_write_echoes=True)
-            .complete(reconcile)
-        )
-        controllers.append(ctrl)
+        ctrl, watcher = await echo_controller(cache, reconcile, controllers)
         echoes = ctrl.echoes
         assert isinstance(echoes, OwnWriteEchoes)
-        watcher = DeltaWatcher()
-        entry = cache.watched(TASKS, "Task")
-        assert entry is not None
-        entry.add_handler(watcher)  # after the controller's handler: sees deltas after it
-        await ctrl.start()
         names = ["t0", "t1", "t2"]
         for i, name in enumerate(names):
             proxy.hold_answers()
@@ -631,36 +634,25 @@ async def test_a_change_held_behind_a_write_that_fails_is_reconciled(  # noqa: P
                     refused.set()  # and nothing else: no error, no requeue of its own
 
             try:
-                ctrl = await (
-                    ControllerBuilder(cache)
-                    .named(unique("held-echoes"))
-                    .for_(TASKS, "Task")
-                    .with_options(skip_own_write_echoes=True)
-                    .complete(reconcile)
-                )
-                controllers.append(ctrl)
+                ctrl, watcher = await echo_controller(cache, reconcile, controllers)
                 echoes = ctrl.echoes
                 assert isinstance(echoes, OwnWriteEchoes)
-                watcher = DeltaWatcher()
-                entry = cache.watched(TASKS, "Task")
-                assert entry is not None
-                entry.add_handler(watcher)
-                await ctrl.start()
                 await create_task(transport, namespace, "t0")
-                await reading.wait()  # the reconcile read the created version
+                await asyncio.wait_for(reading.wait(), 30)  # it read the created version
 
                 watch_proxy.freeze()
                 await patch(transport, tasks_path(namespace, "t0"), {"spec": {"priority": 4}})
                 proxy.hold_answers()
                 go_on.set()
-                await eventually(lambda: echoes.writes_in_flight == 1, "the write to leave")
+                # The write has left (no event says so).
+                await eventually(lambda: echoes.writes_in_flight == 1, interval=0.01)
                 watch_proxy.thaw()
                 await watcher.wait_for(lambda d: d.obj["spec"].get("priority") == 4)
                 assert echoes.deltas_held == 1  # it might have been our echo
                 assert seen.count("t0") == 1
 
                 proxy.release_answers()
-                await refused.wait()
+                await asyncio.wait_for(refused.wait(), 30)
                 after = await seen.wait_for("t0", lambda o: True, after=1)
                 assert after is not None and after["spec"]["priority"] == 4
                 assert (echoes.skipped, echoes.writes_in_flight, echoes.deltas_held) == (0, 0, 0)
@@ -669,12 +661,3 @@ async def test_a_change_held_behind_a_write_that_fails_is_reconciled(  # noqa: P
     finally:
         watch_proxy.thaw()
         await watch_proxy.stop()
-
-
-async def eventually(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Poll a condition no event announces, with a deadline."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
