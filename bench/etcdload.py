@@ -11,7 +11,7 @@ the way the API server stores a custom resource: JSON under
 transactions in flight.
 
 The API server learns about them through its etcd watch, like any change; the loader returns
-when a LIST served from its watch cache at the last revision written holds N objects. Every
+once its watch cache has reached the last revision written (:func:`wait_until_served`). Every
 object is what the API server would have stored after the same POST and status patch, less
 ``managedFields`` (which the informers strip anyway).
 """

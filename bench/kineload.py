@@ -16,7 +16,7 @@ table first, so kine's own inserts (the API server keeps writing its lease) wait
 to commit and take the ids after it. Reads go on meanwhile.
 
 The API server learns of the rows through kine's watch, like any change; the loader returns
-when a LIST served from its watch cache at the last id written holds every Task.
+once its watch cache has reached the last id written (``bench.etcdload.wait_until_served``).
 """
 
 from __future__ import annotations

@@ -185,6 +185,37 @@ async def paginated_list(
     return time.monotonic() - began, pages, objects
 
 
+async def write_directly(
+    plane: Any,
+    transport: Transport,
+    namespace: str,
+    span: tuple[int, int],
+    *,
+    say: Say = lambda _: None,
+    serve_timeout: float | None = None,
+) -> float:
+    """Reconciled Tasks ``first`` .. ``n - 1`` (``span``) written straight into the plane's
+    storage (:mod:`bench.etcdload`, :mod:`bench.kineload`); seconds until the API server
+    serves them (``NotServedError`` after ``serve_timeout``)."""
+    from bench import etcdload, kineload  # noqa: PLC0415
+
+    first, n = span
+    process = plane.storage_processes[plane.storage]
+    if plane.storage == "etcd":
+        return await etcdload.load_reconciled_tasks(
+            process.url,
+            transport,
+            namespace,
+            n,
+            first=first,
+            progress=say,
+            serve_timeout=serve_timeout,
+        )
+    return await kineload.load_reconciled_tasks(
+        process, transport, namespace, n, first=first, progress=say, serve_timeout=serve_timeout
+    )
+
+
 async def load_directly(
     plane: Any,
     transport: Transport,
@@ -194,36 +225,17 @@ async def load_directly(
     *,
     serve_timeout: float | None = None,
 ) -> tuple[float, int, str | None]:
-    """Reconciled Tasks ``first`` .. ``n - 1`` (``span``) written straight into the plane's storage
-    (:mod:`bench.etcdload`, :mod:`bench.kineload`), as :func:`create_range` answers:
-    (seconds until the API server serves them all, written, error or None)."""
-    from bench import etcdload, kineload  # noqa: PLC0415
+    """:func:`write_directly`, answered as :func:`create_range` does (seconds until served,
+    written, error or None), then a wait for the control plane to settle."""
+    from bench.etcdload import NotServedError  # noqa: PLC0415
 
     first, n = span
-    process = plane.storage_processes[plane.storage]
     began = time.monotonic()
     try:
-        if plane.storage == "etcd":
-            seconds = await etcdload.load_reconciled_tasks(
-                process.url,
-                transport,
-                namespace,
-                n,
-                first=first,
-                progress=say,
-                serve_timeout=serve_timeout,
-            )
-        else:
-            seconds = await kineload.load_reconciled_tasks(
-                process,
-                transport,
-                namespace,
-                n,
-                first=first,
-                progress=say,
-                serve_timeout=serve_timeout,
-            )
-    except etcdload.NotServedError as err:  # in the storage, not yet in the watch cache
+        seconds = await write_directly(
+            plane, transport, namespace, span, say=say, serve_timeout=serve_timeout
+        )
+    except NotServedError as err:  # in the storage, not yet in the watch cache
         return time.monotonic() - began, n - first, str(err)
     except RuntimeError as err:  # etcd's quota, for one
         return 0.0, 0, str(err)

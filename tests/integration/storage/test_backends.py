@@ -13,8 +13,9 @@ import aiohttp
 import psutil
 import pytest
 
-from bench import etcdload, kineload
+from bench import etcdload
 from bench.kube import create_namespace, task_body, task_name, tasks_path
+from bench.storage import write_directly
 from controller_runtime.envtest import ControlPlane
 from controller_runtime.envtest.binaries import find_kine
 from controller_runtime.envtest.storage import KINE_SQLITE, StorageError, StorageProcess
@@ -144,18 +145,6 @@ async def test_kine_has_no_etcd_gateway(backend: str, plane: ControlPlane) -> No
 FIRST_RUNG, SECOND_RUNG = 6_000, 8_000  # more than one of kineload's batches
 
 
-async def _load(plane: ControlPlane, transport: Transport, namespace: str, span: range) -> None:
-    process = plane.storage_processes[plane.storage]
-    if plane.storage == "etcd":
-        await etcdload.load_reconciled_tasks(
-            process.url, transport, namespace, span.stop, first=span.start
-        )
-    else:
-        await kineload.load_reconciled_tasks(
-            process, transport, namespace, span.stop, first=span.start
-        )
-
-
 async def _listed(transport: Transport, path: str, **params: str) -> dict[str, str]:
     """name -> resourceVersion of every object a paginated LIST returns."""
     found: dict[str, str] = {}
@@ -176,13 +165,15 @@ async def _direct_load(plane: ControlPlane) -> None:
         namespace = f"direct-{uuid.uuid4().hex[:6]}"
         await create_namespace(transport, namespace)
         path = tasks_path(namespace)
-        await _load(plane, transport, namespace, range(FIRST_RUNG))
-        await _load(plane, transport, namespace, range(FIRST_RUNG, SECOND_RUNG))
+        await write_directly(plane, transport, namespace, (0, FIRST_RUNG))
+        await write_directly(plane, transport, namespace, (FIRST_RUNG, SECOND_RUNG))
 
-        # The API server's watch cache (fed by the storage's watch) and the storage itself
-        # (a LIST with no resourceVersion) hold the same Tasks at the same versions: the
-        # storage's watch delivered every one as stored.
+        # The loader returned once the watch cache had reached what it wrote; the cache and
+        # the storage (a LIST with no resourceVersion) then hold the same Tasks at the same
+        # versions: the storage's watch delivered every one as stored.
         from_storage = await _listed(transport, path)
+        newest = max(int(rv) for rv in from_storage.values())
+        assert await etcdload.cache_lag(transport, namespace, newest) is None
         from_cache = await _listed(transport, path, resourceVersion="0")
         assert sorted(from_storage) == sorted(task_name(i) for i in range(SECOND_RUNG))
         assert from_cache == from_storage
@@ -194,7 +185,6 @@ async def _direct_load(plane: ControlPlane) -> None:
         assert one["metadata"]["uid"] and one["metadata"]["generation"] == 1
 
         # The storage goes on as before: an update of a loaded Task, and a create after them.
-        newest = max(int(rv) for rv in from_storage.values())
         patched = await transport.request(
             "PATCH",
             f"{path}/{task_name(7)}",

@@ -7,6 +7,19 @@ import pytest
 from bench.harness import settings_from
 from bench.storage import format_table, restarts_at
 
+LADDER_ROW = {
+    "scenario": "storage-ladder",
+    "objects": 1000,
+    "create_per_second": 500.0,
+    "list_seconds": 1.5,
+    "page_p50_seconds": 0.01,
+    "page_p99_seconds": 0.05,
+    "apiserver_rss_bytes": 300 * 2**20,
+    "storage_rss_bytes": 100 * 2**20,
+    "postgres_pss_bytes": None,
+    "disk_bytes": 50 * 2**20,
+}
+
 
 def test_storage_flags() -> None:
     s = settings_from(["--storage", "etcd,kine-sqlite", "--storage-sizes", "10,20"])
@@ -25,18 +38,7 @@ def test_an_unknown_backend_is_refused(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_the_tables_show_each_backend_and_the_error_that_stopped_it() -> None:
-    ladder = {
-        "scenario": "storage-ladder",
-        "objects": 1000,
-        "create_per_second": 500.0,
-        "list_seconds": 1.5,
-        "page_p50_seconds": 0.01,
-        "page_p99_seconds": 0.05,
-        "apiserver_rss_bytes": 300 * 2**20,
-        "storage_rss_bytes": 100 * 2**20,
-        "postgres_pss_bytes": None,
-        "disk_bytes": 50 * 2**20,
-    }
+    ladder = LADDER_ROW
     rows = [
         ladder | {"backend": "etcd", "error": "500 mvcc: database space exceeded"},
         ladder | {"backend": "kine-postgres", "postgres_pss_bytes": 200 * 2**20},
@@ -78,8 +80,7 @@ def test_a_direct_load_and_a_bounded_list_are_flagged_and_shown() -> None:
     )
     assert (s.storage_load, s.storage_list_limit_seconds) == ("direct", 60.0)
     assert settings_from([]).storage_load == "api"
-    row = {
-        "scenario": "storage-ladder",
+    row = LADDER_ROW | {
         "backend": "kine-sqlite",
         "objects": 1_000_000,
         "load": "direct",
@@ -89,11 +90,8 @@ def test_a_direct_load_and_a_bounded_list_are_flagged_and_shown() -> None:
         "list_complete": False,
         "page_p50_seconds": 0.2,
         "page_p99_seconds": 1.0,
-        "apiserver_rss_bytes": 8 * 2**30,
-        "storage_rss_bytes": 100 * 2**20,
-        "postgres_pss_bytes": None,
-        "disk_bytes": 1200 * 2**20,
     }
-    assert "| kine-sqlite | 1,000,000 | direct (4,000) | 120.40 (250,000 listed) | 200 |" in (
-        format_table([row])
+    assert (
+        "| kine-sqlite | 1,000,000 | direct (4,000) | 120.40 (250,000 listed) | 200 | 1000 |"
+        in (format_table([row]))
     )
