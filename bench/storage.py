@@ -62,6 +62,8 @@ DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (1_000, 5_000)
 ETCD_DEFAULT_QUOTA = 2 * 2**30
 PAGE = 500
+KINE_POLL_BATCH_SIZE = 500
+"""kine's default ``--poll-batch-size``."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class StorageSettings:
     """With ``load="direct"``: how long the API server may take to serve what was written
     (its watch cache catching up through the storage's watch) before the rung is recorded
     as not served and measured as it is."""
+    kine_poll_batch_size: int | None = None
+    """kine's ``--poll-batch-size`` (None: kine's default, 500 rows per poll)."""
 
 
 def _rss(pid: int | None) -> int | None:
@@ -394,6 +398,8 @@ async def ladder(
             "create_per_second": created / seconds if seconds > 0 else 0.0,
             "complete": error is None,
         }
+        if backend.startswith("kine"):
+            row["kine_poll_batch_size"] = settings.kine_poll_batch_size or KINE_POLL_BATCH_SIZE
         if error is not None:
             row["error"] = error[:300]
             say(f"[storage/{backend}] stopped at {have} objects: {row['error']}")
@@ -465,9 +471,18 @@ def summary(row: StorageResult) -> str:
 def plane_for(backend: str, settings: StorageSettings) -> Any:
     from controller_runtime.envtest import ControlPlane  # noqa: PLC0415
 
+    kine = (
+        [f"--poll-batch-size={settings.kine_poll_batch_size}"]
+        if settings.kine_poll_batch_size
+        else []
+    )
     return ControlPlane(
         storage=backend,
-        storage_args={"etcd": [f"--quota-backend-bytes={settings.etcd_quota}"]},
+        storage_args={
+            "etcd": [f"--quota-backend-bytes={settings.etcd_quota}"],
+            "kine-sqlite": kine,
+            "kine-postgres": kine,
+        },
         start_timeout=180.0,
     )
 

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import types
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
 import pytest
 
+from bench.etcdload import cache_lag
 from bench.harness import settings_from
-from bench.storage import format_table, restarts_at
+from bench.storage import StorageSettings, format_table, plane_for, restarts_at
 
 LADDER_ROW = {
     "scenario": "storage-ladder",
@@ -95,3 +104,64 @@ def test_a_direct_load_and_a_bounded_list_are_flagged_and_shown() -> None:
         "| kine-sqlite | 1,000,000 | direct (4,000) | 120.40 (250,000 listed) | 200 | 1000 |"
         in (format_table([row]))
     )
+
+
+def test_kines_poll_batch_size_reaches_both_kine_backends_and_not_etcd() -> None:
+    assert settings_from([]).kine_poll_batch_size is None
+    s = settings_from(["--storage", "kine-sqlite", "--kine-poll-batch-size", "10000"])
+    assert s.kine_poll_batch_size == 10_000
+    storage = StorageSettings(
+        backends=("kine-sqlite",),
+        sizes=(10,),
+        churn=0,
+        churn_rate=1.0,
+        etcd_quota=2**30,
+        restart_objects=0,
+        implementations=(),
+        timeout=1.0,
+        json_path=Path("storage.json"),
+        plots_dir=Path("."),
+        kine_poll_batch_size=10_000,
+    )
+    args = plane_for("kine-sqlite", storage).storage_args
+    assert args["kine-sqlite"] == args["kine-postgres"] == ["--poll-batch-size=10000"]
+    assert args["etcd"] == ["--quota-backend-bytes=1073741824"]
+    default = plane_for("kine-postgres", dataclasses.replace(storage, kine_poll_batch_size=None))
+    assert default.storage_args["kine-postgres"] == []
+
+
+class _OneAnswer:
+    """A transport whose every watch answers ``body`` (the shape ``cache_lag`` reads)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, params: dict[str, str]) -> AsyncIterator[Any]:
+        del path, params
+        answer = types.SimpleNamespace(content=types.SimpleNamespace(read=self._read))
+        yield answer
+
+    async def _read(self) -> bytes:
+        return self.body
+
+
+def _error(code: int, message: str) -> bytes:
+    status = {"kind": "Status", "code": code, "message": message}
+    return orjson.dumps({"type": "ERROR", "object": status}) + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "lag"),
+    [
+        (b"", None),  # the watch ran its second: the cache has the revision
+        (_error(410, "too old resource version: 5 (9)"), None),  # rebuilt past it
+        (_error(504, "Too large resource version: 9, current: 5"), "Too large resource version"),
+        (_error(500, "internal error"), "internal error"),
+    ],
+)
+async def test_the_cache_has_reached_a_revision_unless_it_is_still_short_of_it(
+    body: bytes, lag: str | None
+) -> None:
+    found = await cache_lag(_OneAnswer(body), "ns", 9)
+    assert found == lag if lag is None else (found is not None and lag in found)
