@@ -107,15 +107,19 @@ class NotServedError(RuntimeError):
 
 async def cache_lag(transport: Any, namespace: str, revision: int) -> str | None:
     """``None`` once the API server's watch cache of Tasks has reached ``revision``, else
-    the server's word on how far it is (``Too large resource version: R, current: C``).
+    what keeps it from saying so. ``revision`` must be that of a Task of ``namespace`` (the
+    loaders pass the last one they wrote).
 
-    Asked with a one-second watch from ``revision``: watches are served by the watch cache
-    alone, which refuses one from a version it has not reached. A LIST, even a consistent
-    one, may be answered from the storage while the cache lags."""
+    Asked with a one-second watch from the version before ``revision``: a cache that has
+    reached it sends that Task at once; one that has not stays silent (or refuses with a
+    504, "Too large resource version"); one rebuilt from a later list answers 410, too old,
+    and is past it. Neither a watch from ``revision`` itself (silent both when the cache is
+    there and when it is not) nor a LIST (answered by the storage while the cache is still
+    being built) can tell."""
     from bench.kube import tasks_path  # noqa: PLC0415
     from kubeclient.errors import ApiError  # noqa: PLC0415
 
-    params = {"watch": "1", "resourceVersion": str(revision), "timeoutSeconds": "1"}
+    params = {"watch": "1", "resourceVersion": str(revision - 1), "timeoutSeconds": "1"}
     try:
         async with transport.stream(tasks_path(namespace), params) as answer:
             body = await answer.content.read()
@@ -123,14 +127,13 @@ async def cache_lag(transport: Any, namespace: str, revision: int) -> str | None
         return str(err)
     for line in body.splitlines():
         event = orjson.loads(line)
+        obj = event.get("object") or {}
         if event.get("type") == "ERROR":
-            status = event.get("object") or {}
-            if status.get("code") == 410:
-                # "too old": the cache has moved past ``revision`` (it was rebuilt from a list
-                # at a later version, as the API server does after a consistency check fails).
-                return None
-            return str(status.get("message", event))
-    return None
+            return None if obj.get("code") == 410 else str(obj.get("message", event))
+        seen = (obj.get("metadata") or {}).get("resourceVersion", "")
+        if seen.isdigit() and int(seen) >= revision:
+            return None
+    return f"the watch cache has not reached revision {revision}"
 
 
 async def wait_until_served(
@@ -140,6 +143,7 @@ async def wait_until_served(
     :func:`cache_lag`) and holds ``n`` Tasks of ``namespace``; :class:`NotServedError` after
     ``timeout`` seconds, with the server's word on how far the cache got."""
     from bench.kube import tasks_path  # noqa: PLC0415
+    from kubeclient.errors import ServerTimeoutError  # noqa: PLC0415
 
     began = time.monotonic()
     while True:
@@ -152,12 +156,16 @@ async def wait_until_served(
                 "resourceVersionMatch": "NotOlderThan",
                 "limit": "1",
             }
-            listed = await transport.get_json(tasks_path(namespace), params=params)
-            meta = listed["metadata"]
-            served = len(listed["items"]) + int(meta.get("remainingItemCount", 0))
-            if served >= n:
-                return
-            lag = f"{served} of {n} Tasks listed"
+            try:
+                listed = await transport.get_json(tasks_path(namespace), params=params)
+            except ServerTimeoutError as err:  # 504: the cache fell behind again
+                lag = str(err)
+            else:
+                meta = listed["metadata"]
+                served = len(listed["items"]) + int(meta.get("remainingItemCount", 0))
+                if served >= n:
+                    return
+                lag = f"{served} of {n} Tasks listed"
         if timeout is not None and time.monotonic() - began > timeout:
             raise NotServedError(
                 f"not served {timeout:.0f}s after the load (last written {revision}): {lag}"[:300]

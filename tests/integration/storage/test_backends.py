@@ -174,6 +174,7 @@ async def _direct_load(plane: ControlPlane) -> None:
         from_storage = await _listed(transport, path)
         newest = max(int(rv) for rv in from_storage.values())
         assert await etcdload.cache_lag(transport, namespace, newest) is None
+        assert await etcdload.cache_lag(transport, namespace, newest + 1000) is not None
         from_cache = await _listed(transport, path, resourceVersion="0")
         assert sorted(from_storage) == sorted(task_name(i) for i in range(SECOND_RUNG))
         assert from_cache == from_storage

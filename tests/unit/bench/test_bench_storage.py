@@ -135,10 +135,12 @@ class _OneAnswer:
 
     def __init__(self, body: bytes) -> None:
         self.body = body
+        self.asked: dict[str, str] = {}
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, params: dict[str, str]) -> AsyncIterator[Any]:
-        del path, params
+        del path
+        self.asked = params
         answer = types.SimpleNamespace(content=types.SimpleNamespace(read=self._read))
         yield answer
 
@@ -151,17 +153,29 @@ def _error(code: int, message: str) -> bytes:
     return orjson.dumps({"type": "ERROR", "object": status}) + b"\n"
 
 
+def _event(resource_version: str) -> bytes:
+    task = {"kind": "Task", "metadata": {"name": "t", "resourceVersion": resource_version}}
+    return orjson.dumps({"type": "ADDED", "object": task}) + b"\n"
+
+
 @pytest.mark.parametrize(
     ("body", "lag"),
     [
-        (b"", None),  # the watch ran its second: the cache has the revision
-        (_error(410, "too old resource version: 5 (9)"), None),  # rebuilt past it
+        (_event("9"), None),  # the Task written at 9 came at once: the cache has it
+        (_event("12"), None),
+        (b"", "has not reached revision 9"),  # a second of silence: not there yet
+        (_error(410, "too old resource version: 8 (20)"), None),  # rebuilt past it
         (_error(504, "Too large resource version: 9, current: 5"), "Too large resource version"),
         (_error(500, "internal error"), "internal error"),
     ],
 )
-async def test_the_cache_has_reached_a_revision_unless_it_is_still_short_of_it(
+async def test_the_cache_has_reached_a_revision_when_it_sends_what_was_written_there(
     body: bytes, lag: str | None
 ) -> None:
-    found = await cache_lag(_OneAnswer(body), "ns", 9)
-    assert found == lag if lag is None else (found is not None and lag in found)
+    transport = _OneAnswer(body)
+    found = await cache_lag(transport, "ns", 9)
+    assert transport.asked == {"watch": "1", "resourceVersion": "8", "timeoutSeconds": "1"}
+    if lag is None:
+        assert found is None
+    else:
+        assert found is not None and lag in found
