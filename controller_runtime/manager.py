@@ -178,10 +178,6 @@ class ManagerOptions:
     webhook_server: WebhookServer | None = None
 
 
-def _import_server_half() -> None:
-    import aiohttp.web  # noqa: F401, PLC0415 (run in a thread, see Manager._serve)
-
-
 def _split_address(address: str | None) -> tuple[str, int] | None:
     if not address or address == "0":
         return None
@@ -547,11 +543,7 @@ class Manager:
         metrics_at = _split_address(self.options.metrics_bind_address)
         health_at = _split_address(self.options.health_probe_bind_address)
         if metrics_at is not None or health_at is not None:
-            # aiohttp's server half is imported only to serve, and off the event loop: its
-            # ~15 ms of imports would otherwise hold back the informers' first lists, which
-            # building the controllers has already started.
-            await asyncio.to_thread(_import_server_half)
-            from aiohttp import web  # noqa: PLC0415 (imported above)
+            from aiohttp import web  # noqa: PLC0415 (aiohttp's server half: only to serve)
         if metrics_at is not None:
             app = web.Application()
             app.router.add_get("/metrics", self._metrics)
