@@ -853,8 +853,46 @@ class Store:
         """:meth:`apply` for an object already encoded (see :meth:`prepare_raw`): the same
         checks and outcomes, without decoding or encoding the object. The delta carries only
         the bytes; its ``obj`` is decoded on first access."""
-        key, rv, uid = _meta_identity(meta)
-        return self._apply(event_type, key, rv, uid, None, None, raw, meta)
+        # _meta_identity, inlined: this is the watch path's call per event.
+        name = meta.name
+        if not name:
+            raise ValueError(f"object has no metadata.name: metadata={meta!r}"[:200])
+        namespace = meta.namespace
+        key = f"{namespace}/{name}" if namespace else name
+        rv = meta.resourceVersion
+        last_key = self._last_key
+        if (
+            last_key is not None
+            and event_type in (ADDED, MODIFIED)
+            and (len(rv) > last_key[0] or (len(rv) == last_key[0] and rv > last_key[1]))
+            and rv.isdigit()
+            and rv.isascii()
+            and rv[0] != "0"
+            and self._owner_index_only
+            and not meta.ownerReferences
+            and self._budget is None
+            and key not in self._items
+        ):
+            # What _apply does for a new key at a version newer than any observed, filed
+            # under no index, without a budget (every event of a sync or a create), written
+            # out: two thirds of the cost of the general path.
+            at = raw.find(_RV_FIELD)
+            if at >= 0 and raw.startswith(rv.encode() + b'"', at + len(_RV_FIELD)):  # _compact
+                items = self._items
+                items[key] = raw
+                if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
+                    self._items_peak = len(items)
+                if self._ns_lazy is not None:
+                    namespace, slash, _ = key.partition("/")
+                    if slash:
+                        self._ns_lazy.add(namespace, key)
+                if self._waiters:
+                    self._advance(rv, (len(rv), rv))
+                else:  # _advance with nobody to wake
+                    self._last_rv = rv
+                    self._last_key = (len(rv), rv)
+                return _delta(ADDED, None, None, raw, key)
+        return self._apply(event_type, key, rv, meta.uid or None, None, None, raw, meta)
 
     def _new_entry(
         self, obj: dict[str, Any] | None, rv: str, raw: bytes | None, meta: Metadata | None
@@ -892,7 +930,9 @@ class Store:
         raw: bytes | None = None,
         meta: Metadata | None = None,
     ) -> StoreDelta | None:
-        """The one write path of :meth:`apply`, :meth:`apply_raw` and :meth:`apply_prepared`.
+        """The write path of :meth:`apply`, :meth:`apply_raw` and :meth:`apply_prepared`
+        (:meth:`apply_raw` writes a new key filed under no index on a path of its own, with
+        the outcome this one would have).
         ``entry`` is the prepared encoding, or ``None`` to make it only once the event is known
         to be stored: from ``obj`` (encoded), or from ``raw`` and ``meta`` (index values only),
         whichever is given. The reflector calls this per event: the two
@@ -937,7 +977,11 @@ class Store:
                 # _observe for the common case (both comparable), without building the key
                 # of an older version.
                 if len(rv) > last_key[0] or (len(rv) == last_key[0] and rv > last_key[1]):
-                    self._advance(rv, (len(rv), rv))
+                    if self._waiters:
+                        self._advance(rv, (len(rv), rv))
+                    else:  # _advance with nobody to wake
+                        self._last_rv = rv
+                        self._last_key = (len(rv), rv)
             else:
                 self._observe(rv)
         return delta

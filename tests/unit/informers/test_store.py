@@ -22,6 +22,7 @@ from hypothesis.stateful import (
 )
 
 from informers.labels import LabelSelector
+from informers.resource_version import sort_key
 from informers.store import Store, StoreDelta, object_key, split_uid_change
 
 
@@ -865,6 +866,9 @@ class StoreMachine(RuleBasedStateMachine):
         last = self.store.last_observed_resource_version
         observed = None if last is None else int(last)
         assert observed == self.model.observed
+        # The per-event paths compare against the newest version's sort key, kept beside it
+        # (store internals, checked here because a stale key shows only much later).
+        assert self.store._last_key == (None if last is None else sort_key(last))
         if self.prev_observed is not None:
             assert observed is not None
             assert observed >= self.prev_observed

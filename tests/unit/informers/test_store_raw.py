@@ -10,6 +10,7 @@ the stored bytes.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -18,7 +19,7 @@ from hypothesis import settings
 from informers._partial import decode_watch_line
 from informers.reflector import strip_managed_fields as strip
 from informers.store import Store, StoreDelta
-from tests.unit.informers.test_store import StoreMachine, obj, phase_index
+from tests.unit.informers.test_store import StoreMachine, obj, phase_index, until
 
 MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {".": {}}}}]
 
@@ -168,3 +169,18 @@ def test_a_streaming_list_past_the_budget_is_buffered_as_metadata_as_by_prepare(
         (key, by_key[key]["metadata"]["resourceVersion"]) for key in stubbed
     )
     assert by_raw.uid_of(stubbed[0]) == by_key[stubbed[0]]["metadata"]["uid"]
+
+
+async def test_a_new_object_on_the_watch_path_releases_the_waiters_it_satisfies() -> None:
+    store = Store()
+    store.observe_bookmark("5")
+    reached = asyncio.create_task(store.wait_for_resource_version("10"))
+    beyond = asyncio.create_task(store.wait_for_resource_version("11"))
+    await until(lambda: store.pending_waiters == 2)
+    decoded = decode_watch_line(watch_line("ADDED", obj("a", "10")))
+    assert decoded is not None
+    store.apply_raw(*decoded)
+    assert await asyncio.wait_for(reached, 5) is True
+    assert not beyond.done()
+    assert store.pending_waiters == 1
+    beyond.cancel()
