@@ -77,7 +77,8 @@ def test_the_watch_path_of_objects_without_owners_leaves_no_per_key_residue() ->
     filed under no index (every event of a sync): the tables shrink after it too."""
     n = N // 4
     store = Store()
-    assert store.by_index("namespace", "ns-000") == []  # the namespace index kept up to date
+    # Built before the first add (it is built on first read): the adds must keep it.
+    assert store.by_index("namespace", "ns-000") == []
     gc.collect()
     blocks_before = sys.getallocatedblocks()
     tables_before = _table_bytes(store)

@@ -183,4 +183,5 @@ async def test_a_new_object_on_the_watch_path_releases_the_waiters_it_satisfies(
     assert await asyncio.wait_for(reached, 5) is True
     assert not beyond.done()
     assert store.pending_waiters == 1
-    beyond.cancel()
+    store.observe_bookmark("11")
+    assert await asyncio.wait_for(beyond, 5) is True
