@@ -526,8 +526,7 @@ class Reflector:
                             "%s: %s event without resourceVersion", self.description, event_type
                         )
                     if delta is not None:
-                        # delta.has_old, read from its slot: a new delta's _old is None.
-                        if delta._old_raw is not None and delta.type == ADDED:
+                        if delta.type == ADDED and delta.has_old:
                             # The key now holds another object (its UID changed).
                             deltas.extend(split_uid_change(delta))
                         else:

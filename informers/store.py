@@ -128,6 +128,13 @@ class _Entry:
 _RV_FIELD: Final = b'"resourceVersion":"'
 
 
+def _rv_reads_back(raw: bytes, rv: str) -> bool:
+    """Whether :func:`_rv_in` of ``raw`` is ``rv``, without decoding: the first
+    ``"resourceVersion":"`` is followed by ``rv`` and its closing quote."""
+    at = raw.find(_RV_FIELD)
+    return at >= 0 and raw.startswith(rv.encode() + b'"', at + len(_RV_FIELD))
+
+
 def _rv_in(raw: bytes) -> str | None:
     """The value of the first ``"resourceVersion":"..."`` in ``raw``, or ``None``."""
     i = raw.find(_RV_FIELD)
@@ -872,26 +879,15 @@ class Store:
             and not meta.ownerReferences
             and self._budget is None
             and key not in self._items
+            and _rv_reads_back(raw, rv)  # kept as bare bytes, as _compact decides
         ):
             # What _apply does for a new key at a version newer than any observed, filed
-            # under no index, without a budget (every event of a sync or a create), written
-            # out: two thirds of the cost of the general path.
-            at = raw.find(_RV_FIELD)
-            if at >= 0 and raw.startswith(rv.encode() + b'"', at + len(_RV_FIELD)):  # _compact
-                items = self._items
-                items[key] = raw
-                if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
-                    self._items_peak = len(items)
-                if self._ns_lazy is not None:
-                    namespace, slash, _ = key.partition("/")
-                    if slash:
-                        self._ns_lazy.add(namespace, key)
-                if self._waiters:
-                    self._advance(rv, (len(rv), rv))
-                else:  # _advance with nobody to wake
-                    self._last_rv = rv
-                    self._last_key = (len(rv), rv)
-                return _delta(ADDED, None, None, raw, key)
+            # under no index, without a budget (every event of a sync or a create), without
+            # its calls to make an entry, put and compact it: two thirds of its cost.
+            self._items[key] = raw
+            self._filed_new_key(key)
+            self._advance(rv, (len(rv), rv))
+            return _delta(ADDED, None, None, raw, key)
         return self._apply(event_type, key, rv, meta.uid or None, None, None, raw, meta)
 
     def _new_entry(
@@ -977,11 +973,7 @@ class Store:
                 # _observe for the common case (both comparable), without building the key
                 # of an older version.
                 if len(rv) > last_key[0] or (len(rv) == last_key[0] and rv > last_key[1]):
-                    if self._waiters:
-                        self._advance(rv, (len(rv), rv))
-                    else:  # _advance with nobody to wake
-                        self._last_rv = rv
-                        self._last_key = (len(rv), rv)
+                    self._advance(rv, (len(rv), rv))
             else:
                 self._observe(rv)
         return delta
@@ -1078,12 +1070,8 @@ class Store:
         and the first ``"resourceVersion"`` in the bytes is the entry's, which :func:`_rv_in`
         then reads back), else the entry itself."""
         rv = entry.rv
-        if entry.ivals is self._no_ivals and rv:
-            raw = entry.raw
-            at = raw.find(_RV_FIELD)
-            # _rv_in(raw) == rv without decoding: the value and its closing quote follow.
-            if at >= 0 and raw.startswith(rv.encode() + b'"', at + len(_RV_FIELD)):
-                return raw
+        if entry.ivals is self._no_ivals and rv and _rv_reads_back(entry.raw, rv):
+            return entry.raw
         # A Prepared is its own entry: keep a plain one (not its key, dict and UID).
         return entry if type(entry) is _Entry else _Entry(entry.raw, rv, entry.ivals)
 
@@ -1111,6 +1099,17 @@ class Store:
             return self._no_ivals  # one shared instance: most objects file under nothing
         return ivals
 
+    def _filed_new_key(self, key: str) -> None:
+        """The bookkeeping of a key just added to the items: their peak size (for the table's
+        right-sizing) and the namespace index, when it has been built."""
+        items = self._items
+        if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
+            self._items_peak = len(items)
+        if self._ns_lazy is not None:
+            namespace, slash, _ = key.partition("/")
+            if slash:
+                self._ns_lazy.add(namespace, key)
+
     def _put(  # noqa: PLR0912 (the new-key branch is every event of a sync: kept flat)
         self,
         key: str,
@@ -1124,12 +1123,7 @@ class Store:
         items = self._items
         items[key] = self._compact(entry)
         if cur is None:  # a new key: every event of a sync takes this branch
-            if len(items) > self._items_peak:  # noqa: PLR1730 (max() is a call)
-                self._items_peak = len(items)
-            if self._ns_lazy is not None:
-                namespace, slash, _ = key.partition("/")
-                if slash:
-                    self._ns_lazy.add(namespace, key)
+            self._filed_new_key(key)
             if entry.ivals is not self._no_ivals:
                 for index, values in zip(self._indexes, entry.ivals, strict=True):
                     for v in values:
