@@ -40,6 +40,8 @@ Everything else lives in a submodule named for what it is, as controller-runtime
 
 from typing import TYPE_CHECKING, Any
 
+import kubeclient._aiohttp  # noqa: F401  (first: aiohttp without its import-time CA loads)
+
 # The four families below are re-exported whole: their modules' ``__all__`` is the list, kept
 # in one place. The other names are picked one by one.
 from controller_runtime import errors, handlers, predicates, util

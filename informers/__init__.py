@@ -7,6 +7,7 @@ discovery). Layers here, bottom up: :mod:`~informers._framing` (watch-body lines
 :mod:`~informers.reflector`; :mod:`~informers.store` (the cache); :mod:`~informers.shared`.
 """
 
+import kubeclient._aiohttp  # noqa: F401  (first: aiohttp without its import-time CA loads)
 from informers.labels import LabelSelector
 from informers.reflector import Reflector, strip_managed_fields
 from informers.reflector_machine import ReflectorMachine, ReflectorOptions

@@ -21,7 +21,6 @@ pages, and returning them only to fault them in again would cost more than it sa
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import sys
 from collections.abc import Callable
@@ -37,6 +36,8 @@ _trim: Callable[[int], int] | None = None
 def _resolve() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # noqa: PLC0415 (on first use: 1-2 ms of every start-up otherwise)
+
     try:
         # The process's own symbols (dlopen(NULL)): the C library it runs on, found without
         # ctypes.util.find_library (which runs ldconfig in a subprocess). musl has no

@@ -11,6 +11,7 @@ Controller authors rarely import this package: :mod:`controller_runtime` re-expo
 need.
 """
 
+import kubeclient._aiohttp  # noqa: F401  (first: aiohttp without its import-time CA loads)
 from kubeclient.config import ClusterConfig, ConfigError, load_config, load_kubeconfig
 from kubeclient.discovery import Discovery, ResourceInfo, UnknownKindError
 from kubeclient.errors import (

@@ -115,6 +115,36 @@ class Response:
         return orjson.loads(self.body) if self.body else None
 
 
+class _UnsentWatch:
+    """One watch request counted in its transport until it is sent or fails (:meth:`done`,
+    idempotent)."""
+
+    __slots__ = ("_transport",)
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport: Transport | None = transport
+        if transport._unsent_watches == 0:
+            # A new event for each batch: unset, and bound to whichever loop first waits on it.
+            transport._watches_sent = asyncio.Event()
+        transport._unsent_watches += 1
+
+    def done(self) -> None:
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport._unsent_watches -= 1
+            if transport._unsent_watches == 0:
+                transport._watches_sent.set()
+
+
+async def _watch_headers_sent(
+    session: aiohttp.ClientSession,
+    context: Any,
+    params: aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    if isinstance(context.trace_request_ctx, _UnsentWatch):
+        context.trace_request_ctx.done()
+
+
 class Transport:
     """Requests and watch streams to one API server.
 
@@ -144,6 +174,8 @@ class Transport:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._watch_session: aiohttp.ClientSession | None = None
+        self._unsent_watches = 0
+        self._watches_sent = asyncio.Event()  # replaced when a watch begins (_UnsentWatch)
 
     async def __aenter__(self) -> Transport:
         return self
@@ -163,10 +195,13 @@ class Transport:
                 json_serialize=lambda obj: orjson.dumps(obj).decode(),
             )
         if self._watch_session is None or self._watch_session.closed:
+            sent = aiohttp.TraceConfig()
+            sent.on_request_headers_sent.append(_watch_headers_sent)
             self._watch_session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=self.config.ssl_context, limit=0),
                 timeout=self._watch_timeout,
                 headers=self._headers,
+                trace_configs=[sent],
             )
         return self._session, self._watch_session
 
@@ -178,6 +213,19 @@ class Transport:
 
     def url(self, path: str) -> str:
         return self.config.server + path
+
+    async def watches_sent(self, timeout: float) -> bool:
+        """Wait until every watch begun so far (:meth:`stream`) has its request written to the
+        server or has failed, for at most ``timeout`` seconds; True if none is still unsent.
+        Returns at once when none is. The manager starts its HTTP servers after this, so that
+        the API server prepares the informers' first answers while their imports run."""
+        if self._unsent_watches == 0:
+            return True
+        try:
+            await asyncio.wait_for(self._watches_sent.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def _observe(
         self,
@@ -355,12 +403,14 @@ class Transport:
         for attempt in range(2):
             request_headers = {**(await self.config.credentials.headers()), **(headers or {})}
             started = time.monotonic()
+            unsent = _UnsentWatch(self)
             try:
                 response = await session.get(
                     self.url(path),
                     params=params,
                     headers=request_headers,
                     server_hostname=self.config.tls_server_name,
+                    trace_request_ctx=unsent,
                 )
             except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as err:
                 if isinstance(err, RuntimeError) and (
@@ -371,6 +421,8 @@ class Transport:
                 raise ApiError(
                     0, "TransportError", str(err) or type(err).__name__, method="WATCH", path=path
                 ) from err
+            finally:
+                unsent.done()  # sent and answered, or failed (cancelled, too) before it was
             self._observe("WATCH", response.status, started, path, params)
             try:
                 if response.status == 200:

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,48 @@ async def test_the_managers_recorder_is_flushed_when_the_manager_stops(
     ours = [e for e in listing["items"] if e.get("reportingController") == reporter]
     assert sorted(e["note"] for e in ours) == sorted(f"event {i}" for i in range(count))
     assert recorder.pending == 0 and recorder.dropped == 0
+
+
+async def test_the_servers_start_once_the_informers_first_watches_are_written(
+    admin_config: ClusterConfig, namespace: str
+) -> None:
+    """Start-up order: the informers the builder started send their first requests before
+    the manager imports and starts its HTTP servers (which hold the event loop for a while),
+    so the API server answers them meanwhile."""
+    manager = Manager(
+        admin_config,
+        ManagerOptions(
+            namespaces=[namespace],
+            metrics_bind_address=None,
+            health_probe_bind_address="127.0.0.1:0",
+        ),
+    )
+    order: list[str] = []
+    stream = manager.transport.stream
+
+    def recording_stream(*args: Any, **kwargs: Any) -> Any:
+        order.append("watch begun")
+        return stream(*args, **kwargs)
+
+    serve = manager._serve
+
+    async def recording_serve() -> None:
+        # What the servers' start would find: every watch begun is written already.
+        order.append(f"servers start, unsent watches: {manager.transport._unsent_watches}")
+        await serve()
+
+    manager.transport.stream = recording_stream  # type: ignore[method-assign]
+    manager._serve = recording_serve  # type: ignore[method-assign]
+    await ControllerBuilder(manager).named("order").for_(TASKS, "Task").complete(_no_op)
+    run = asyncio.create_task(manager.run())
+    try:
+        await asyncio.wait_for(manager.cache.wait_for_sync(60), 60)
+        assert manager.health_url is not None
+    finally:
+        manager.request_stop()
+        await asyncio.wait_for(run, 60)
+    assert order[:2] == ["watch begun", "servers start, unsent watches: 0"], order
+
+
+async def _no_op(request: Request) -> None:
+    return None
