@@ -23,8 +23,9 @@ else about the contexts changes (protocol, options, ALPN, hostname checks are ai
 Caveats: the first connection through aiohttp's default context pays the load (20-25 ms, in
 whatever thread opens it; aiohttp made them at import so as not to block an event loop, and
 a program that minds that can pass its own ``ssl=`` context, as the runtime does). If aiohttp
-was imported before this module (a program that imports it before any of ours), nothing is
-deferred and aiohttp is as it always is.
+was imported before this module (a program that imports it before any of ours), or
+:class:`ssl.SSLContext` was replaced (truststore's ``inject_into_ssl()``), nothing is deferred
+and aiohttp is as it always is.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def deferring_default_ca_loads() -> Iterator[None]:
             ssl.SSLContext.set_default_verify_paths = own  # type: ignore[method-assign]
 
 
-if "aiohttp" not in sys.modules:
+# Not when ssl.SSLContext is no longer the standard library's (truststore's
+# inject_into_ssl() replaces it): that class is not ours to reshape.
+if "aiohttp" not in sys.modules and ssl.SSLContext.__module__ == "ssl":
     with deferring_default_ca_loads():
         import aiohttp  # noqa: F401

@@ -182,3 +182,26 @@ def test_a_deferred_context_answers_for_its_certificates_before_any_connection(
         check=True,
     )
     assert json.loads(done.stdout) == ["DeferredDefaultCAContext", 1, "SSLContext"]
+
+
+def test_nothing_is_deferred_when_ssl_context_was_replaced(pki: dict[str, Path]) -> None:
+    """As truststore's inject_into_ssl() does, ssl.SSLContext is then a class of another
+    module (stood for here by relabelling the standard one, which replacing it naively would
+    break)."""
+    script = (
+        "import ssl, json\n"
+        "ssl.SSLContext.__module__ = 'truststore'\n"
+        "import controller_runtime, aiohttp.connector as c\n"
+        "v = c._SSL_CONTEXT_VERIFIED\n"
+        "stats = ssl._ssl._SSLContext.cert_store_stats(v)  # what is loaded now, not on demand\n"
+        "print(json.dumps([type(v).__name__, stats['x509_ca']]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**_base_env(), "SSL_CERT_FILE": str(pki["trusting"])},
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout) == ["SSLContext", 1]  # made and loaded at import, as always
