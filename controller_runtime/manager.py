@@ -409,9 +409,9 @@ class Manager:
 
     async def _run(self) -> None:
         try:
+            await self._let_first_watches_leave()
             # A failure to bind an endpoint (OSError, e.g. EADDRINUSE) is raised unlogged: the
             # caller knows which option names the address and says so in one line.
-            await self._let_first_watches_leave()
             await self._serve()
             await self._start_and_lead()
         finally:

@@ -9,10 +9,12 @@ a TLS server on loopback whose certificate a throwaway CA signed; ``SSL_CERT_FIL
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,27 +108,30 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def run_child(
-    pki: dict[str, Path], bundle: str, *, import_first: str = "ours", loop: str = "asyncio"
-) -> dict[str, object]:
-    env = {"SSL_CERT_FILE": str(pki[bundle]), "SSL_CERT_DIR": str(pki[bundle].parent)}
+def run_python(pki: dict[str, Path], bundle: str, *args: str) -> Any:
+    """``python *args`` in a fresh interpreter whose "system" CA bundle is ``pki[bundle]``;
+    the JSON of its last line of output."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SSL_CERT_")}
+    environment |= {"SSL_CERT_FILE": str(pki[bundle]), "SSL_CERT_DIR": str(pki[bundle].parent)}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, import_first, loop, str(pki["cert"]), str(pki["key"])],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
-        env={**_base_env(), **env},
+        env=environment,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    report: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def run_child(
+    pki: dict[str, Path], bundle: str, *, import_first: str = "ours", loop: str = "asyncio"
+) -> dict[str, object]:
+    report: dict[str, object] = run_python(
+        pki, bundle, "-c", CHILD, import_first, loop, str(pki["cert"]), str(pki["key"])
+    )
     return report
-
-
-def _base_env() -> dict[str, str]:
-    import os  # noqa: PLC0415
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("SSL_CERT_")}
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -173,15 +178,8 @@ def test_a_deferred_context_answers_for_its_certificates_before_any_connection(
         "v = c._SSL_CONTEXT_VERIFIED; "
         "print(json.dumps([type(v).__name__, len(v.get_ca_certs()), type(v).__name__]))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**_base_env(), "SSL_CERT_FILE": str(pki["trusting"])},
-        timeout=120,
-        check=True,
-    )
-    assert json.loads(done.stdout) == ["DeferredDefaultCAContext", 1, "SSLContext"]
+    expected = ["DeferredDefaultCAContext", 1, "SSLContext"]
+    assert run_python(pki, "trusting", "-c", script) == expected
 
 
 def test_nothing_is_deferred_when_ssl_context_was_replaced(pki: dict[str, Path]) -> None:
@@ -196,12 +194,5 @@ def test_nothing_is_deferred_when_ssl_context_was_replaced(pki: dict[str, Path])
         "stats = ssl._ssl._SSLContext.cert_store_stats(v)  # what is loaded now, not on demand\n"
         "print(json.dumps([type(v).__name__, stats['x509_ca']]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**_base_env(), "SSL_CERT_FILE": str(pki["trusting"])},
-        timeout=120,
-        check=True,
-    )
-    assert json.loads(done.stdout) == ["SSLContext", 1]  # made and loaded at import, as always
+    # Made and loaded at import, as always.
+    assert run_python(pki, "trusting", "-c", script) == ["SSLContext", 1]
